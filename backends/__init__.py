@@ -1,0 +1,1 @@
+"""Backend adapters: one module per protocol family behind ``backends.base.Backend``."""

@@ -1,0 +1,112 @@
+"""The contract between the gateway and every backend adapter.
+
+``serving.gateway`` builds a :class:`GenerateRequest` from the validated OpenAI wire
+request and hands it to one adapter (``backends/<kind>.py``) behind the small
+:class:`Backend` protocol. Adapters answer with a :class:`Completion` or yield typed
+:class:`Chunk` objects; they never write HTTP or SSE framing (``serving/sse.py`` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+RequestKind = Literal["chat", "completion"]
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Decoding settings; ``temperature == 0`` (or None with no top_p/top_k) means greedy."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    # vLLM's extension: keep generating past EOS until max_tokens (fixed-length benchmarks).
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature is None or self.temperature == 0.0
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    """One generation, already validated, addressed to one variant."""
+
+    kind: RequestKind
+    params: SamplingParams
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    # Unknown OpenAI fields, passed through to backends that understand them.
+    extra: dict[str, Any] = field(default_factory=dict)
+    request_id: str = ""
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(slots=True)
+class Chunk:
+    """A piece of a streamed answer: new text, and on the last one the finish reason and usage."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+@dataclass(slots=True)
+class Completion:
+    text: str
+    finish_reason: str
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    """What metrics labels and reports say about a variant."""
+
+    kind: str
+    engine: str
+    vendor: str = "cpu"
+    accelerator: str = "cpu"
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One adapter instance serves one variant."""
+
+    info: BackendInfo
+
+    async def start(self) -> None:
+        """Open pools, load models; called once before serving."""
+
+    async def close(self) -> None:
+        """Release everything; called once at shutdown."""
+
+    def ready(self) -> bool:
+        """True when the variant can take requests now."""
+
+    async def complete(self, request: GenerateRequest) -> Completion:
+        """Generate the whole answer."""
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        """Yield the answer piece by piece; the last chunk carries finish_reason and usage."""

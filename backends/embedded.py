@@ -1,0 +1,185 @@
+"""The embedded engine adapter: the shipped model on ONNX Runtime GenAI, in-process.
+
+Sits behind the Backend protocol like any remote engine. On the event loop it renders
+the chat template, tokenizes, checks the context budget and submits a sequence to the
+dynamic batcher; the worker thread (``backends.ortgenai_runner``) decodes and hands
+text back through ``call_soon_threadsafe``. When the consumer goes away (client
+disconnect) the sequence is cancelled and leaves its batch at the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
+from backends.dynamic_batcher import DynamicBatcher
+from backends.ortgenai_runner import GenAIModel, Sequence
+from backends.settings import EmbeddedSettings
+from serving.errors import BackendError, ClientError
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+# OpenAI fields this engine accepts and ignores: they do not change what it generates.
+_IGNORED_FIELDS = frozenset({"store", "metadata", "service_tier", "parallel_tool_calls", "suffix"})
+# Fields accepted only at their neutral value.
+_NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
+    "presence_penalty": (0, 0.0, None),
+    "frequency_penalty": (0, 0.0, None),
+    "logprobs": (False, None),
+    "top_logprobs": (0, None),
+    "echo": (False, None),
+    "best_of": (1, None),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "logit_bias": (None, {}),
+}
+
+
+def _check_extra(extra: dict[str, Any]) -> None:
+    for name, value in extra.items():
+        if name in _IGNORED_FIELDS:
+            continue
+        neutral = _NEUTRAL_VALUES.get(name)
+        if neutral is None:
+            raise ClientError(
+                f"Unrecognized request argument supplied: {name}", param=name, code="unknown_field"
+            )
+        if value not in neutral:
+            raise ClientError(
+                f"'{name}' is not supported by the embedded engine", param=name, code="unsupported_value"
+            )
+
+
+class EmbeddedBackend:
+    def __init__(self, name: str, settings: EmbeddedSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.info = BackendInfo(kind="embedded", engine="onnxruntime-genai", vendor="cpu", accelerator="cpu")
+        self._model: GenAIModel | None = None
+        self._batcher: DynamicBatcher[Sequence] | None = None
+        self._template: Any = None
+        self._batch_observer: Any = None
+
+    # ---- lifecycle -----------------------------------------------------------------
+
+    def _folder(self) -> Any:
+        if self.settings.model_dir is not None:
+            return self.settings.model_dir
+        from deploy.model.artifacts import onnx_dir
+
+        return onnx_dir(self.settings.precision)
+
+    async def start(self) -> None:
+        model = await asyncio.to_thread(GenAIModel, self._folder(), self.settings.intra_op_threads)
+        if model.chat_template:
+            self._template = ImmutableSandboxedEnvironment().from_string(model.chat_template)
+        batcher = DynamicBatcher[Sequence](
+            self.name, self.settings.batching, model.run_batch, on_batch=self._batch_observer
+        )
+        batcher.start()
+        self._model, self._batcher = model, batcher
+
+    async def close(self) -> None:
+        if self._batcher is not None:
+            await asyncio.to_thread(self._batcher.stop)
+            self._batcher = None
+
+    def ready(self) -> bool:
+        return self._batcher is not None
+
+    def queue_depth(self) -> int:
+        return self._batcher.depth() if self._batcher is not None else 0
+
+    def engine_stats(self) -> dict[str, float]:
+        generated = self._model.generated_tokens if self._model is not None else 0
+        return {"queue_depth": float(self.queue_depth()), "generated_tokens": float(generated)}
+
+    def set_batch_observer(self, observer: Any) -> None:
+        self._batch_observer = observer
+        if self._batcher is not None:
+            self._batcher.on_batch = observer
+
+    @property
+    def context_length(self) -> int:
+        return self._loaded().context_length
+
+    def _loaded(self) -> GenAIModel:
+        if self._model is None:
+            raise BackendError(f"variant '{self.name}' is not started")
+        return self._model
+
+    # ---- request path --------------------------------------------------------------
+
+    def encode_prompt(self, request: GenerateRequest) -> np.ndarray:
+        model = self._loaded()
+        if request.kind == "chat":
+            if self._template is None:
+                raise ClientError("this model has no chat template; use /v1/completions", param="messages")
+            text = self._template.render(
+                messages=request.messages or [],
+                add_generation_prompt=True,
+                bos_token=model.bos_token,
+                eos_token=model.eos_token,
+            )
+            return model.encode(text)
+        prompt = model.encode(request.prompt or "")
+        return np.concatenate([np.array([model.bos_id], dtype=np.int32), prompt])
+
+    def _max_new_tokens(self, request: GenerateRequest, prompt_tokens: int) -> int:
+        context = self._loaded().context_length
+        requested = request.params.max_tokens
+        if requested is None:
+            default = DEFAULT_COMPLETION_MAX_TOKENS if request.kind == "completion" else context
+            requested = max(1, min(default, context - prompt_tokens))
+        if prompt_tokens + requested > context:
+            where = "messages" if request.kind == "chat" else "prompt"
+            raise ClientError(
+                f"This model's maximum context length is {context} tokens. However, you requested "
+                f"{prompt_tokens + requested} tokens ({prompt_tokens} in the {where}, {requested} in the "
+                f"completion). Please reduce the length of the {where} or completion.",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        return requested
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        _check_extra(request.extra)
+        batcher = self._batcher
+        if batcher is None:
+            raise BackendError(f"variant '{self.name}' is not started")
+        prompt = self.encode_prompt(request)
+        max_new = self._max_new_tokens(request, len(prompt))
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[tuple[str, str | None, int]] = asyncio.Queue()
+
+        def emit(text: str, finish: str | None, generated: int) -> None:
+            loop.call_soon_threadsafe(inbox.put_nowait, (text, finish, generated))
+
+        seq = Sequence(prompt_ids=prompt, params=request.params, max_new_tokens=max_new, emit=emit)
+        batcher.submit(seq)
+        try:
+            while True:
+                text, finish, generated = await inbox.get()
+                if finish is None:
+                    yield Chunk(text=text)
+                    continue
+                if finish == "error":
+                    raise BackendError(f"the embedded engine failed while generating on '{self.name}'")
+                usage = Usage(prompt_tokens=len(prompt), completion_tokens=generated)
+                yield Chunk(text=text, finish_reason=finish, usage=usage)
+                return
+        finally:
+            seq.cancel_requested = True
+
+    async def complete(self, request: GenerateRequest) -> Completion:
+        parts: list[str] = []
+        async for chunk in self.stream(request):
+            parts.append(chunk.text)
+            if chunk.finish_reason is not None:
+                return Completion("".join(parts), chunk.finish_reason, chunk.usage or Usage())
+        raise BackendError(f"the embedded engine ended without a finish on '{self.name}'")

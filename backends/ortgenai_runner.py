@@ -1,0 +1,165 @@
+"""The embedded engine's compute: one ONNX Runtime GenAI model and its batch decode loop.
+
+Runs on the dynamic batcher's worker thread, never on the event loop. Takes a batch of
+compatible sequences (same sampling settings), right-pads their prompts, decodes token
+by token and hands each sequence its new token; a sequence stops on EOS, a stop
+sequence, its own ``max_tokens`` or cancellation, and the batch ends when all have.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backends.base import SamplingParams
+from backends.stop_scanner import StopScanner
+
+try:
+    import onnxruntime_genai as og
+except ImportError as exc:  # pragma: no cover - the dependency is declared
+    raise ImportError(
+        "the embedded engine needs ONNX Runtime GenAI: pip install onnxruntime-genai==0.18.0"
+    ) from exc
+
+
+@dataclass(slots=True)
+class Sequence:
+    """One request's decode state inside a batch (touched only by the worker thread)."""
+
+    prompt_ids: np.ndarray
+    params: SamplingParams
+    max_new_tokens: int
+    # emit(text, finish_reason, completion_tokens): text delta; finish_reason set on the last call.
+    emit: Callable[[str, str | None, int], None]
+    scanner: StopScanner = field(init=False)
+    enqueued_at: float = 0.0
+    generated: int = 0
+    finished: bool = False
+    cancel_requested: bool = False
+    decoder: Any = None
+
+    def __post_init__(self) -> None:
+        self.scanner = StopScanner(self.params.stop)
+
+    @property
+    def batch_key(self) -> tuple[Any, ...] | None:
+        p = self.params
+        if p.greedy:
+            return ("greedy", p.ignore_eos)
+        if p.seed is not None:
+            return None  # a seeded sample must not depend on its batch mates
+        return ("sample", p.temperature, p.top_p, p.top_k, p.ignore_eos)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_requested
+
+    def fail(self, error: BaseException) -> None:
+        if not self.finished:
+            self.finished = True
+            self.emit("", "error", self.generated)
+
+    def finish(self, reason: str) -> None:
+        if not self.finished:
+            self.finished = True
+            self.emit(self.scanner.flush(), reason, self.generated)
+
+
+class GenAIModel:
+    """A loaded ONNX Runtime GenAI model folder: weights, tokenizer and chat template."""
+
+    def __init__(self, folder: Path, intra_op_threads: int = 1) -> None:
+        if not (folder / "genai_config.json").is_file():
+            raise FileNotFoundError(f"{folder} has no genai_config.json (run `turnout model build`)")
+        self.folder = folder
+        genai_config = json.loads((folder / "genai_config.json").read_text())
+        model_section = genai_config["model"]
+        self.context_length = int(model_section["context_length"])
+        self.bos_id = int(model_section["bos_token_id"])
+        self.pad_id = int(model_section["pad_token_id"])
+        eos = model_section["eos_token_id"]
+        self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos])
+        config = og.Config(str(folder))
+        if intra_op_threads:
+            overlay = {"model": {"decoder": {"session_options": {"intra_op_num_threads": intra_op_threads}}}}
+            config.overlay(json.dumps(overlay))
+        self.model = og.Model(config)
+        self.generated_tokens = 0  # written by the worker thread only
+        self.tokenizer = og.Tokenizer(self.model)
+        tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+        self.chat_template: str | None = tokenizer_config.get("chat_template")
+        self.bos_token: str = tokenizer_config.get("bos_token", "")
+        self.eos_token: str = tokenizer_config.get("eos_token", "")
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer.encode(text), dtype=np.int32)
+
+    def run_batch(self, batch: list[Sequence]) -> None:
+        """Decode ``batch`` to completion (worker thread)."""
+        live = [s for s in batch if not s.cancel_requested]
+        for seq in batch:
+            if seq.cancel_requested:
+                seq.finish("cancelled")
+        if not live:
+            return
+        padded_len = max(len(s.prompt_ids) for s in live)
+        budget = max(s.max_new_tokens for s in live)
+        params = og.GeneratorParams(self.model)
+        options: dict[str, Any] = {
+            "max_length": min(self.context_length, padded_len + budget),
+            "batch_size": len(live),
+        }
+        first = live[0].params
+        if first.greedy:
+            options["do_sample"] = False
+        else:
+            options.update(do_sample=True, temperature=float(first.temperature or 1.0))
+            if first.top_p is not None:
+                options["top_p"] = float(first.top_p)
+            if first.top_k is not None:
+                options["top_k"] = int(first.top_k)
+            options["random_seed"] = first.seed if first.seed is not None else time.time_ns() % (2**31)
+        if first.ignore_eos:
+            options["min_length"] = options["max_length"]
+        params.set_search_options(**options)
+        generator = og.Generator(self.model, params)
+        tokens = np.full((len(live), padded_len), self.pad_id, dtype=np.int32)
+        for row, seq in enumerate(live):
+            tokens[row, : len(seq.prompt_ids)] = seq.prompt_ids
+            seq.decoder = self.tokenizer.create_stream()
+        generator.append_tokens(tokens)
+        remaining = len(live)
+        while remaining and not generator.is_done():
+            generator.generate_next_token()
+            next_tokens = generator.get_next_tokens()
+            for row, seq in enumerate(live):
+                if seq.finished:
+                    continue
+                if seq.cancel_requested:
+                    seq.finish("cancelled")
+                else:
+                    self._advance(seq, int(next_tokens[row]))
+                if seq.finished:
+                    remaining -= 1
+        for seq in live:
+            seq.finish("length")
+
+    def _advance(self, seq: Sequence, token: int) -> None:
+        if token in self.eos_ids and not seq.params.ignore_eos:
+            seq.finish("stop")
+            return
+        seq.generated += 1
+        self.generated_tokens += 1
+        text = seq.scanner.feed(seq.decoder.decode(token))
+        if text:
+            seq.emit(text, None, seq.generated)
+        if seq.scanner.stopped:
+            seq.finish("stop")
+        elif seq.generated >= seq.max_new_tokens:
+            seq.finish("length")

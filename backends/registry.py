@@ -1,0 +1,20 @@
+"""Variant settings → backend adapter, importing each adapter module only when used.
+
+Called once per variant by ``serving.app`` at start-up; a missing optional engine
+package fails here with the exact ``pip install`` hint, not at import time.
+"""
+
+from __future__ import annotations
+
+from backends.base import Backend
+from backends.settings import EmbeddedSettings, OpenAIHttpSettings
+
+
+def build_backend(name: str, settings: EmbeddedSettings | OpenAIHttpSettings) -> Backend:
+    if isinstance(settings, EmbeddedSettings):
+        from backends.embedded import EmbeddedBackend
+
+        return EmbeddedBackend(name, settings)
+    from backends.openai_http import OpenAIHttpBackend
+
+    return OpenAIHttpBackend(name, settings)

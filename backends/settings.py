@@ -1,0 +1,63 @@
+"""Typed settings for each backend kind, as written under ``variants:`` in gateway.yaml.
+
+Kept apart from the adapters so that reading a config never imports an engine
+(``backends/registry.py`` imports the adapter lazily, by kind).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+
+Vendor = Literal["nvidia", "amd", "google", "intel", "cpu"]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BatchingSettings(StrictModel):
+    """Triton-style dynamic batching: wait up to ``max_queue_delay_ms`` to fill a batch."""
+
+    max_batch_size: Annotated[int, Field(ge=1, le=32)] = 16
+    max_queue_delay_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
+    max_queue_size: Annotated[int, Field(ge=1)] = 256
+
+
+class EmbeddedSettings(StrictModel):
+    """The in-process ONNX Runtime GenAI engine (``backends/embedded.py``)."""
+
+    kind: Literal["embedded"] = "embedded"
+    # A folder holding genai_config.json; None means the shipped model at ``precision``.
+    model_dir: Path | None = None
+    precision: Literal["fp32", "int8", "int4"] = "fp32"
+    batching: BatchingSettings = BatchingSettings()
+    # Threads ONNX Runtime may use for one batch step (0 = its default).
+    intra_op_threads: Annotated[int, Field(ge=0)] = 1
+
+
+class TimeoutSettings(StrictModel):
+    connect: Annotated[float, Field(gt=0)] = 5.0
+    read: Annotated[float, Field(gt=0)] = 60.0
+    write: Annotated[float, Field(gt=0)] = 10.0
+    pool: Annotated[float, Field(gt=0)] = 5.0
+
+
+class OpenAIHttpSettings(StrictModel):
+    """Any OpenAI-compatible server: vLLM (CUDA/ROCm/TPU/CPU), trtllm-serve, SGLang."""
+
+    kind: Literal["openai_http"] = "openai_http"
+    base_url: HttpUrl  # e.g. http://127.0.0.1:8001/v1
+    model: str  # the model name the upstream serves
+    engine: Literal["vllm", "trtllm-serve", "sglang", "turnout", "openai"] = "vllm"
+    vendor: Vendor = "nvidia"
+    accelerator: str = "unknown"
+    api_key: str | None = None
+    timeouts: TimeoutSettings = TimeoutSettings()
+    max_connections: Annotated[int, Field(ge=1)] = 256
+    max_keepalive_connections: Annotated[int, Field(ge=1)] = 64
+
+
+VariantSettings = Annotated[EmbeddedSettings | OpenAIHttpSettings, Field(discriminator="kind")]

@@ -1,0 +1,1 @@
+"""Deploy: variant specs, engine config renderers, capacity planning and the model recipe."""

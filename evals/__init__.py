@@ -1,0 +1,1 @@
+"""Accuracy evals and cross-vendor comparison reports (issue 8)."""

@@ -1,0 +1,1 @@
+"""Load tests with locust (issue 7): locustfiles, headless runner, reports."""

@@ -1,0 +1,1 @@
+"""The gateway: OpenAI-compatible HTTP API, routing, metrics and the CLI."""

@@ -1,0 +1,1 @@
+"""HTTP edge: OpenAI-compatible routes, health and metrics, error rendering."""

@@ -1,0 +1,62 @@
+"""Render every error that leaves the gateway in the OpenAI error shape.
+
+Installed on the app by ``serving.app.create_app``; typed :class:`TurnoutError` keep
+their status and headers (e.g. ``Retry-After``), framework errors (unknown path,
+wrong method) and unexpected exceptions are mapped too, so no client ever sees HTML.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from serving.errors import TurnoutError
+
+log = logging.getLogger("turnout")
+
+
+def error_response(exc: TurnoutError, request_id: str | None = None) -> Response:
+    headers = dict(exc.headers)
+    if request_id:
+        headers["x-request-id"] = request_id
+    return Response(
+        orjson.dumps(exc.body()), status_code=exc.status, headers=headers, media_type="application/json"
+    )
+
+
+def _body(message: str, error_type: str, code: str | None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}})
+
+
+async def handle_turnout_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, TurnoutError)
+    return error_response(exc, request.headers.get("x-request-id"))
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error_type = "invalid_request_error" if exc.status_code < 500 else "internal_error"
+    message = str(exc.detail)
+    if exc.status_code == 404:
+        message = f"Unknown path {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"Method {request.method} is not allowed on {request.url.path}"
+    return Response(
+        _body(message, error_type, None),
+        status_code=exc.status_code,
+        headers=dict(exc.headers or {}),
+        media_type="application/json",
+    )
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+    return Response(
+        _body("internal error", "internal_error", "internal_error"),
+        status_code=500,
+        media_type="application/json",
+    )

@@ -1,0 +1,221 @@
+"""``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models``: the client-facing edge.
+
+Reads and validates the body (size limit, JSON, OpenAI wire model), asks the gateway to
+choose a variant and run the request, and writes the OpenAI response object or the SSE
+stream. Plain Starlette endpoints (no FastAPI body machinery) because this is the hot
+path of every request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from backends.base import Chunk, GenerateRequest
+from serving import sse
+from serving.api.errors import error_response
+from serving.api.state import AppState
+from serving.errors import ClientError, NotFound, PayloadTooLarge, TurnoutError
+from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+
+log = logging.getLogger("turnout")
+Wire = TypeVar("Wire", bound=SamplingFields)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+    body = await request.body()
+    if len(body) > limit:
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+    return body
+
+
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none"})
+
+
+def _is_union_tag(part: int | str) -> bool:
+    """pydantic names the union member in an error location (``content.str``); users don't."""
+    return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part or part.startswith("function-"))
+
+
+def parse_wire(model: type[Wire], body: bytes) -> Wire:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        if error["type"] == "json_invalid":
+            raise ClientError(
+                "We could not parse the JSON body of your request: " + error["msg"], code="invalid_json"
+            ) from None
+        param = ".".join(str(part) for part in error["loc"] if not _is_union_tag(part)) or None
+        if error["type"] == "model_type":
+            message = "the request body must be a JSON object"
+        else:
+            message = f"{param}: {error['msg']}" if param else error["msg"]
+        raise ClientError(message, param=param, code="invalid_value") from None
+
+
+def _new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def chat_body(rid: str, model: str, created: int, text: str, finish: str, usage: dict[str, int]) -> bytes:
+    return orjson.dumps(
+        {
+            "id": f"chatcmpl-{rid}",
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": usage,
+        }
+    )
+
+
+def completion_body(
+    rid: str, model: str, created: int, text: str, finish: str, usage: dict[str, int]
+) -> bytes:
+    return orjson.dumps(
+        {
+            "id": f"cmpl-{rid}",
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "usage": usage,
+        }
+    )
+
+
+async def _sse_events(
+    chunks: AsyncIterator[Chunk], head: dict[str, Any], chat: bool, include_usage: bool
+) -> AsyncIterator[bytes]:
+    """Typed chunks → OpenAI stream objects; a mid-stream failure → error event, then [DONE]."""
+
+    def choice(text: str | None, finish: str | None) -> dict[str, Any]:
+        if chat:
+            delta = {} if text is None else {"content": text}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+
+    extra: dict[str, Any] = {"usage": None} if include_usage else {}
+    if chat:
+        first = {
+            "index": 0,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        yield sse.event({**head, "choices": [first], **extra})
+    try:
+        async for chunk in chunks:
+            if chunk.text:
+                yield sse.event({**head, "choices": [choice(chunk.text, None)], **extra})
+            if chunk.finish_reason is not None:
+                yield sse.event({**head, "choices": [choice(None, chunk.finish_reason)], **extra})
+                if include_usage and chunk.usage is not None:
+                    yield sse.event({**head, "choices": [], "usage": chunk.usage.as_dict()})
+    except TurnoutError as exc:
+        yield sse.error_event(exc.body())
+    except Exception:  # an adapter bug must still end the stream cleanly
+        log.exception("stream failed")
+        yield sse.error_event(
+            {"error": {"message": "internal error", "type": "internal_error", "param": None, "code": None}}
+        )
+    yield sse.DONE
+
+
+async def _serve(request: Request, chat: bool) -> Response:
+    state: AppState = request.app.state.turnout
+    rid = request.headers.get("x-request-id") or _new_request_id()
+    endpoint = "chat" if chat else "completions"
+    try:
+        body = await read_body(request, state.max_body_bytes)
+        wire: ChatCompletionRequest | CompletionRequest
+        if chat:
+            wire = parse_wire(ChatCompletionRequest, body)
+            wire.check()
+            generate = GenerateRequest(
+                kind="chat",
+                params=wire.sampling(),
+                messages=wire.message_dicts(),
+                extra=wire.extra_fields(),
+                request_id=rid,
+            )
+        else:
+            wire = parse_wire(CompletionRequest, body)
+            wire.check()
+            generate = GenerateRequest(
+                kind="completion",
+                params=wire.sampling(),
+                prompt=wire.prompt_text(),
+                extra=wire.extra_fields(),
+                request_id=rid,
+            )
+        route = wire.model
+        variant, backend = state.gateway.choose(route, request.headers.get("x-turnout-key") or wire.user)
+        headers = {
+            "x-request-id": rid,
+            "x-turnout-variant": variant,
+            "x-turnout-route-version": str(state.gateway.table.version),
+        }
+        created = int(time.time())
+        if wire.stream:
+            chunks = await state.gateway.stream(route, variant, backend, generate, endpoint)
+            head = {
+                "id": f"{'chatcmpl' if chat else 'cmpl'}-{rid}",
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": created,
+                "model": route,
+            }
+            events = _sse_events(chunks, head, chat, wire.include_usage())
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        result = await state.gateway.complete(route, variant, backend, generate, endpoint)
+        render = chat_body if chat else completion_body
+        content = render(rid, route, created, result.text, result.finish_reason, result.usage.as_dict())
+        return Response(content, media_type="application/json", headers=headers)
+    except TurnoutError as exc:
+        return error_response(exc, rid)
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _serve(request, chat=True)
+
+
+async def completions(request: Request) -> Response:
+    return await _serve(request, chat=False)
+
+
+def _model_card(name: str, created: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "turnout"}
+
+
+async def list_models(request: Request) -> Response:
+    state: AppState = request.app.state.turnout
+    data = [_model_card(name, state.started) for name in state.gateway.route_names()]
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+
+async def get_model(request: Request) -> Response:
+    state: AppState = request.app.state.turnout
+    name = request.path_params["model"]
+    if name not in state.gateway.route_names():
+        return error_response(NotFound(f"The model '{name}' does not exist", param="model"))
+    return Response(orjson.dumps(_model_card(name, state.started)), media_type="application/json")

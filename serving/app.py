@@ -1,0 +1,77 @@
+"""The app factory: config → FastAPI app with backends, gateway, routes and error handlers.
+
+``create_app`` is what ``turnout serve`` runs under uvicorn and what tests mount;
+backends are built here (one adapter per variant) and started/closed in the lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+
+from backends.base import Backend
+from backends.registry import build_backend
+from serving.api import errors as api_errors
+from serving.api import health, openai_routes
+from serving.api.state import AppState
+from serving.config import GatewayConfig, default_config
+from serving.errors import TurnoutError
+from serving.gateway import Gateway
+from serving.metrics import GatewayMetrics
+
+
+def _engine_stats(backends: Mapping[str, Backend]) -> Callable[[], dict[str, dict[str, float]]]:
+    def collect() -> dict[str, dict[str, float]]:
+        found: dict[str, dict[str, float]] = {}
+        for name, backend in backends.items():
+            stats = getattr(backend, "engine_stats", None)
+            if callable(stats):
+                found[name] = stats()
+        return found
+
+    return collect
+
+
+def create_app(config: GatewayConfig | None = None) -> FastAPI:
+    config = config or default_config()
+    backends: dict[str, Backend] = {
+        name: build_backend(name, settings) for name, settings in config.variants.items()
+    }
+    metrics = GatewayMetrics(engine_stats=_engine_stats(backends))
+    for name, backend in backends.items():
+        hook = getattr(backend, "set_batch_observer", None)
+        if callable(hook):
+            hook(metrics.batch_observer(name))
+    gateway = Gateway(config, backends, metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.gather(*(backend.start() for backend in backends.values()))
+        try:
+            yield
+        finally:
+            await asyncio.gather(*(backend.close() for backend in backends.values()))
+
+    app = FastAPI(title="Turnout", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.turnout = AppState(
+        gateway=gateway,
+        metrics=metrics,
+        max_body_bytes=config.server.max_body_bytes,
+        started=int(time.time()),
+    )
+    app.add_route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"])
+    app.add_route("/v1/completions", openai_routes.completions, methods=["POST"])
+    app.add_route("/v1/models", openai_routes.list_models, methods=["GET"])
+    app.add_route("/v1/models/{model:path}", openai_routes.get_model, methods=["GET"])
+    app.add_route("/health", health.health, methods=["GET"])
+    app.add_route("/ready", health.ready, methods=["GET"])
+    app.add_route("/metrics", health.metrics, methods=["GET"])
+    app.add_exception_handler(TurnoutError, api_errors.handle_turnout_error)
+    app.add_exception_handler(HTTPException, api_errors.handle_http_exception)
+    app.add_exception_handler(Exception, api_errors.handle_unexpected)
+    return app

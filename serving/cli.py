@@ -1,0 +1,85 @@
+"""The ``turnout`` command: ``serve`` runs the gateway, ``model build`` re-creates the shipped model.
+
+``turnout serve`` with no arguments serves the project's own model (fp32, int8, int4)
+on 127.0.0.1:8000 with the embedded CPU engine; ``--config gateway.yaml`` declares
+variants and routes. An invalid config exits with status 2 and says file, field, reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from serving.errors import ConfigError
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from serving.app import create_app
+    from serving.config import default_config, load_config
+
+    try:
+        config = load_config(Path(args.config)) if args.config else default_config()
+    except ConfigError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 2
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    app = create_app(config)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=args.log_level or config.server.log_level,
+        access_log=args.access_log,
+        loop="uvloop",
+        http="httptools",
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def _model_build(argv: list[str]) -> int:
+    try:
+        from deploy.model import recipe
+    except ImportError as exc:
+        print(
+            f"turnout: the training recipe needs the [model] extra ({exc.name} is missing): "
+            "pip install 'turnout[model]'",
+            file=sys.stderr,
+        )
+        return 2
+    return recipe.main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="turnout", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help="gateway.yaml (default: the shipped model, all precisions)")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument("--log-level", help="uvicorn log level (default from config: info)")
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    model = commands.add_parser("model", help="the project's own model")
+    model_commands = model.add_subparsers(dest="model_command", required=True)
+    model_commands.add_parser(
+        "build", help="train and export the model (needs turnout[model])", add_help=False
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["model", "build"]:
+        return _model_build(argv[2:])
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

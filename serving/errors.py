@@ -1,0 +1,100 @@
+"""Typed gateway errors, each carrying its HTTP status and OpenAI error type.
+
+Raised anywhere on the request path (wire validation, routing, backend adapters);
+one handler in ``serving.api.errors`` renders them as the OpenAI error body
+``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TurnoutError(Exception):
+    """Base of every error that reaches a client."""
+
+    status: int = 500
+    error_type: str = "internal_error"
+    default_code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class ClientError(TurnoutError):
+    """The request is wrong (400 unless a subclass says otherwise)."""
+
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class NotFound(ClientError):
+    status = 404
+    default_code = "model_not_found"
+
+
+class PayloadTooLarge(ClientError):
+    status = 413
+    default_code = "payload_too_large"
+
+
+class Unauthorized(ClientError):
+    status = 401
+    error_type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class Overloaded(ClientError):
+    """A bounded queue is full: the client should retry after ``retry_after`` seconds."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    default_code = "queue_full"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        seconds = max(1, round(retry_after))
+        super().__init__(message, headers={"retry-after": str(seconds)})
+        self.retry_after = seconds
+
+
+class BackendError(TurnoutError):
+    """The backend answered wrongly (malformed body, 5xx)."""
+
+    status = 502
+    error_type = "upstream_error"
+    default_code = "bad_gateway"
+
+
+class BackendUnavailable(BackendError):
+    status = 503
+    default_code = "backend_unavailable"
+
+
+class BackendTimeout(BackendError):
+    status = 504
+    default_code = "backend_timeout"
+
+
+class ConfigError(Exception):
+    """Invalid gateway configuration; raised at start-up, never while serving."""

@@ -1,0 +1,147 @@
+"""OpenAI wire models: the first thing a request body meets after the HTTP edge.
+
+Lenient where OpenAI is (unknown fields are kept in ``model_extra`` and passed on to
+backends that understand them), strict about the types of the fields we use, so that
+``"max_tokens": "5"`` is a 400 rather than a silent coercion.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from backends.base import SamplingParams
+from serving.errors import ClientError
+
+_MAX_STOP_SEQUENCES = 4
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class StreamOptions(WireModel):
+    include_usage: bool = False
+
+
+class TextPart(WireModel):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(WireModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        parts: list[str] = []
+        for index, part in enumerate(self.content):
+            if part.type != "text" or part.text is None:
+                raise ClientError(
+                    f"content part type '{part.type}' is not supported by this model",
+                    param=f"messages.content.{index}.type",
+                    code="unsupported_content",
+                )
+            parts.append(part.text)
+        return "".join(parts)
+
+
+class SamplingFields(WireModel):
+    """Fields shared by chat and text completions."""
+
+    model: str
+    max_tokens: int | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    ignore_eos: bool = False  # vLLM extension
+
+    def check(self, max_tokens_field: str = "max_tokens") -> None:
+        if self.n is not None and self.n != 1:
+            raise ClientError("only n=1 is supported", param="n", code="unsupported_value")
+        max_tokens = self.effective_max_tokens()
+        if max_tokens is not None and max_tokens < 1:
+            raise ClientError(
+                f"{max_tokens_field} must be at least 1, got {max_tokens}",
+                param=max_tokens_field,
+                code="invalid_value",
+            )
+        if self.top_k is not None and self.top_k < -1:
+            raise ClientError("top_k must be -1 (off) or positive", param="top_k", code="invalid_value")
+        if self.stream_options is not None and not self.stream:
+            raise ClientError("stream_options is only allowed when stream is true", param="stream_options")
+        if isinstance(self.stop, list) and len(self.stop) > _MAX_STOP_SEQUENCES:
+            raise ClientError(f"at most {_MAX_STOP_SEQUENCES} stop sequences", param="stop")
+
+    def effective_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+    def sampling(self) -> SamplingParams:
+        stop: tuple[str, ...]
+        if self.stop is None:
+            stop = ()
+        elif isinstance(self.stop, str):
+            stop = (self.stop,) if self.stop else ()
+        else:
+            stop = tuple(s for s in self.stop if s)
+        return SamplingParams(
+            max_tokens=self.effective_max_tokens(),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=None if self.top_k in (None, -1, 0) else self.top_k,
+            seed=self.seed,
+            stop=stop,
+            ignore_eos=self.ignore_eos,
+        )
+
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def extra_fields(self) -> dict[str, Any]:
+        return dict(self.model_extra) if self.model_extra else {}
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_completion_tokens: int | None = None
+
+    def effective_max_tokens(self) -> int | None:
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+    def check(self, max_tokens_field: str = "max_tokens") -> None:
+        field = "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
+        super().check(field)
+
+    def message_dicts(self) -> list[dict[str, Any]]:
+        return [{"role": m.role, "content": m.text()} for m in self.messages]
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int]
+
+    def prompt_text(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if len(self.prompt) == 1 and isinstance(self.prompt[0], str):
+            return self.prompt[0]
+        if self.prompt and isinstance(self.prompt[0], int):
+            raise ClientError(
+                "token-id prompts are not supported; send text", param="prompt", code="unsupported_value"
+            )
+        raise ClientError(
+            "only one prompt per request is supported", param="prompt", code="unsupported_value"
+        )

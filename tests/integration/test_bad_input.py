@@ -1,0 +1,85 @@
+"""Table-driven bad input: each case gets the OpenAI error body and the right 4xx,
+and the server keeps serving afterwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+OK_MESSAGES = [{"role": "user", "content": "12+34="}]
+
+CASES: list[tuple[str, str, Any, int, str | None]] = [
+    # (name, path, body (bytes = raw), status, param)
+    ("malformed json", CHAT, b'{"model": "turnout-tiny", "messages": [', 400, None),
+    ("not an object", CHAT, b"[1, 2]", 400, None),
+    ("missing model", CHAT, {"messages": OK_MESSAGES}, 400, "model"),
+    ("missing messages", CHAT, {"model": "turnout-tiny"}, 400, "messages"),
+    ("empty messages", CHAT, {"model": "turnout-tiny", "messages": []}, 400, "messages"),
+    ("bad role", CHAT, {"model": "turnout-tiny", "messages": [{"role": "robot", "content": "x"}]}, 400,
+     "messages.0.role"),
+    ("content wrong type", CHAT, {"model": "turnout-tiny", "messages": [{"role": "user", "content": 5}]}, 400,
+     "messages.0.content"),
+    ("max_tokens as string", CHAT, {"model": "turnout-tiny", "messages": OK_MESSAGES, "max_tokens": "5"}, 400,
+     "max_tokens"),
+    ("max_tokens zero", CHAT, {"model": "turnout-tiny", "messages": OK_MESSAGES, "max_tokens": 0}, 400,
+     "max_tokens"),
+    ("max_tokens negative", COMPLETIONS, {"model": "turnout-tiny", "prompt": "1", "max_tokens": -3}, 400,
+     "max_tokens"),
+    ("max_completion_tokens zero", CHAT,
+     {"model": "turnout-tiny", "messages": OK_MESSAGES, "max_completion_tokens": 0}, 400, "max_completion_tokens"),
+    ("max_tokens above context", COMPLETIONS, {"model": "turnout-tiny", "prompt": "1", "max_tokens": 100000}, 400,
+     "max_tokens"),
+    ("prompt too long", COMPLETIONS, {"model": "turnout-tiny", "prompt": "1 " * 600, "max_tokens": 4}, 400,
+     "max_tokens"),
+    ("temperature out of range", CHAT,
+     {"model": "turnout-tiny", "messages": OK_MESSAGES, "temperature": 3}, 400, "temperature"),
+    ("top_p zero", CHAT, {"model": "turnout-tiny", "messages": OK_MESSAGES, "top_p": 0}, 400, "top_p"),
+    ("n above one", CHAT, {"model": "turnout-tiny", "messages": OK_MESSAGES, "n": 2}, 400, "n"),
+    ("stream wrong type", CHAT, {"model": "turnout-tiny", "messages": OK_MESSAGES, "stream": "yes"}, 400, "stream"),
+    ("stream_options without stream", CHAT,
+     {"model": "turnout-tiny", "messages": OK_MESSAGES, "stream_options": {"include_usage": True}}, 400,
+     "stream_options"),
+    ("unknown field the engine cannot honour", CHAT,
+     {"model": "turnout-tiny", "messages": OK_MESSAGES, "temprature": 0.5}, 400, "temprature"),
+    ("unsupported feature", CHAT,
+     {"model": "turnout-tiny", "messages": OK_MESSAGES, "logprobs": True}, 400, "logprobs"),
+    ("image content", CHAT,
+     {"model": "turnout-tiny", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     400, "messages.content.0.type"),
+    ("batch of prompts", COMPLETIONS, {"model": "turnout-tiny", "prompt": ["a", "b"]}, 400, "prompt"),
+    ("token prompt", COMPLETIONS, {"model": "turnout-tiny", "prompt": [1, 2, 3]}, 400, "prompt"),
+    ("unknown model", CHAT, {"model": "gpt-nine", "messages": OK_MESSAGES}, 404, "model"),
+    ("oversized body", COMPLETIONS, {"model": "turnout-tiny", "prompt": "x" * 2_000_000}, 413, None),
+]
+
+
+@pytest.mark.parametrize(("name", "path", "body", "status", "param"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_openai_error(
+    gateway_url: str, name: str, path: str, body: Any, status: int, param: str | None
+) -> None:
+    if isinstance(body, bytes):
+        reply = httpx.post(gateway_url + path, content=body, headers={"content-type": "application/json"})
+    else:
+        reply = httpx.post(gateway_url + path, json=body)
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    assert error["type"] in {"invalid_request_error"}
+    if param is not None:
+        assert error["param"] == param
+    assert reply.headers["content-type"].startswith("application/json")
+    # ...and the server keeps serving.
+    ok = httpx.post(gateway_url + COMPLETIONS, json={"model": "turnout-tiny", "prompt": "1", "max_tokens": 1})
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [("GET", "/nope", 404), ("GET", CHAT, 405)])
+def test_unknown_paths_and_methods(gateway_url: str, method: str, path: str, status: int) -> None:
+    reply = httpx.request(method, gateway_url + path)
+    assert reply.status_code == status
+    assert set(reply.json()["error"]) == {"message", "type", "param", "code"}

@@ -1,0 +1,120 @@
+"""The embedded engine behind the API: dynamic batching, cancellation, bounded queue, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.servers import gateway_process
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def scrape(base: str) -> str:
+    return httpx.get(f"{base}/metrics").text
+
+
+async def _many(base: str, count: int, body: dict[str, object]) -> list[httpx.Response]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        return await asyncio.gather(*(client.post(f"{base}/v1/completions", json=body) for _ in range(count)))
+
+
+def test_concurrent_requests_are_batched(gateway_url: str) -> None:
+    before = scrape(gateway_url)
+    body = {"model": "turnout-tiny-int8", "prompt": "the", "max_tokens": 32, "ignore_eos": True}
+    replies = asyncio.run(_many(gateway_url, 16, body))
+    assert all(r.status_code == 200 for r in replies)
+    assert all(r.json()["usage"]["completion_tokens"] == 32 for r in replies)
+    after = scrape(gateway_url)
+    batches = metric(after, "turnout_batch_size_count", variant="turnout-tiny-int8") - metric(
+        before, "turnout_batch_size_count", variant="turnout-tiny-int8"
+    )
+    sequences = metric(after, "turnout_batch_size_sum", variant="turnout-tiny-int8") - metric(
+        before, "turnout_batch_size_sum", variant="turnout-tiny-int8"
+    )
+    assert sequences == 16
+    assert sequences / batches > 1.5, f"{sequences} sequences in {batches} batches"
+
+
+def test_client_disconnect_cancels_generation(gateway_url: str) -> None:
+    variant = "turnout-tiny-int4"
+    before = metric(scrape(gateway_url), "turnout_engine_generated_tokens_total", variant=variant)
+    body = {"model": variant, "prompt": "the", "max_tokens": 480, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{gateway_url}/v1/completions", json=body, timeout=30) as reply:
+        lines = reply.iter_lines()
+        received = [next(lines) for _ in range(6)]
+    assert any(line.startswith("data: ") for line in received)
+    deadline = time.monotonic() + 10
+    cancelled = 0.0
+    while time.monotonic() < deadline:
+        text = scrape(gateway_url)
+        cancelled = metric(text, "turnout_requests_total", route=variant, status="499")
+        if cancelled:
+            break
+        time.sleep(0.05)
+    assert cancelled == 1
+    time.sleep(0.3)
+    generated = metric(scrape(gateway_url), "turnout_engine_generated_tokens_total", variant=variant) - before
+    assert 3 <= generated < 480, f"engine decoded {generated} tokens after the client left"
+
+
+def test_request_metrics_per_route_and_variant(gateway_url: str) -> None:
+    body = {"model": "turnout-tiny", "prompt": "12+34=", "max_tokens": 8}
+    assert httpx.post(f"{gateway_url}/v1/completions", json=body).status_code == 200
+    stream = {**body, "stream": True}
+    assert httpx.post(f"{gateway_url}/v1/completions", json=stream).status_code == 200
+    text = scrape(gateway_url)
+    labels = {"route": "turnout-tiny", "variant": "turnout-tiny", "endpoint": "completions"}
+    assert metric(text, "turnout_requests_total", status="200", **labels) >= 2
+    assert metric(text, "turnout_request_latency_seconds_count", **labels) >= 2
+    assert metric(text, "turnout_time_to_first_token_seconds_count", **labels) >= 1
+    assert metric(text, "turnout_tokens_total", route="turnout-tiny", kind="completion") >= 6
+    assert metric(text, "turnout_tokens_total", route="turnout-tiny", kind="prompt") >= 14
+    assert "turnout_queue_depth{" in text
+
+
+@pytest.fixture(scope="module")
+def tiny_queue_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    config = tmp_path_factory.mktemp("cfg") / "gateway.yaml"
+    config.write_text(
+        "variants:\n"
+        "  small:\n"
+        "    kind: embedded\n"
+        "    batching: {max_batch_size: 1, max_queue_size: 2, max_queue_delay_ms: 0}\n"
+        "routes:\n"
+        "  small:\n"
+        "    targets: [{variant: small}]\n"
+    )
+    with gateway_process(Path(config)) as base:
+        yield base
+
+
+def test_full_queue_answers_429_with_retry_after(tiny_queue_gateway: str) -> None:
+    body = {"model": "small", "prompt": "the", "max_tokens": 200, "ignore_eos": True}
+    replies = asyncio.run(_many(tiny_queue_gateway, 10, body))
+    statuses = sorted(r.status_code for r in replies)
+    assert statuses.count(200) >= 3  # one running + two queued at least
+    refused = [r for r in replies if r.status_code == 429]
+    assert refused, statuses
+    for reply in refused:
+        assert int(reply.headers["retry-after"]) >= 1
+        assert reply.json()["error"]["type"] == "rate_limit_error"
+    assert set(statuses) <= {200, 429}
+    after = httpx.post(f"{tiny_queue_gateway}/v1/completions", json={**body, "max_tokens": 2})
+    assert after.status_code == 200

@@ -1,0 +1,107 @@
+"""The official ``openai`` client works unchanged against the gateway (embedded default)."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+
+@pytest.fixture(scope="module")
+def client(gateway_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="anything", max_retries=0)
+
+
+def test_models_list(client: openai.OpenAI) -> None:
+    names = {m.id for m in client.models.list()}
+    assert names == {"turnout-tiny", "turnout-tiny-int8", "turnout-tiny-int4"}
+    assert client.models.retrieve("turnout-tiny").id == "turnout-tiny"
+
+
+def test_chat_completion(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model="turnout-tiny", messages=[{"role": "user", "content": "12+34="}], max_tokens=8, temperature=0
+    )
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content == "640"
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.usage is not None
+    assert reply.usage.completion_tokens == 3
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 3
+    assert reply.model == "turnout-tiny"
+
+
+def test_chat_completion_stream_with_usage(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="turnout-tiny",
+        messages=[{"role": "user", "content": "12+34="}],
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert deltas == ["6", "4", "0"]  # one token per chunk
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["stop"]
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+
+
+def test_completion(client: openai.OpenAI) -> None:
+    reply = client.completions.create(model="turnout-tiny", prompt="12+34=", max_tokens=8)
+    assert reply.choices[0].text == "640"
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.usage is not None and reply.usage.completion_tokens == 3
+
+
+def test_completion_stream(client: openai.OpenAI) -> None:
+    text = "".join(c.choices[0].text for c in client.completions.create(
+        model="turnout-tiny", prompt="12+34=", max_tokens=8, stream=True
+    ))
+    assert text == "640"
+
+
+def test_max_tokens_gives_length(client: openai.OpenAI) -> None:
+    reply = client.completions.create(model="turnout-tiny", prompt="12+34=", max_tokens=2)
+    assert reply.choices[0].text == "64"
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None and reply.usage.completion_tokens == 2
+
+
+def test_stop_sequence_is_cut_and_not_emitted(client: openai.OpenAI) -> None:
+    reply = client.completions.create(model="turnout-tiny", prompt="12+34=", max_tokens=8, stop=["4"])
+    assert reply.choices[0].text == "6"
+    assert reply.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("model", ["turnout-tiny-int8", "turnout-tiny-int4"])
+def test_quantized_variants_answer(client: openai.OpenAI, model: str) -> None:
+    reply = client.completions.create(model=model, prompt="12+34=", max_tokens=8)
+    assert reply.choices[0].text.isdigit()
+
+
+def test_seeded_sampling_is_reproducible(client: openai.OpenAI) -> None:
+    def sample() -> str:
+        reply = client.completions.create(
+            model="turnout-tiny", prompt="the", max_tokens=24, temperature=1.0, top_p=0.95, seed=7
+        )
+        return reply.choices[0].text
+
+    assert sample() == sample()
+
+
+def test_headers(gateway_url: str) -> None:
+    body = {"model": "turnout-tiny", "prompt": "12+34=", "max_tokens": 4}
+    reply = httpx.post(f"{gateway_url}/v1/completions", json=body, headers={"x-request-id": "abc123"})
+    assert reply.headers["x-request-id"] == "abc123"
+    assert reply.headers["x-turnout-variant"] == "turnout-tiny"
+    assert reply.headers["x-turnout-route-version"] == "1"
+    assert reply.json()["id"] == "cmpl-abc123"
+    generated = httpx.post(f"{gateway_url}/v1/completions", json=body)
+    assert len(generated.headers["x-request-id"]) == 32
+
+
+def test_health_and_ready(gateway_url: str) -> None:
+    assert httpx.get(f"{gateway_url}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{gateway_url}/ready").json() == {"status": "ready"}

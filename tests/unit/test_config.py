@@ -1,0 +1,78 @@
+"""gateway.yaml validation: every error names the file, the field and the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backends.settings import EmbeddedSettings, OpenAIHttpSettings
+from serving.config import default_config, load_config
+from serving.errors import ConfigError
+
+GOOD = """
+server: {port: 9000}
+variants:
+  local: {kind: embedded, precision: int8, batching: {max_batch_size: 8}}
+  remote:
+    kind: openai_http
+    base_url: http://127.0.0.1:8001/v1
+    model: tiny
+    vendor: amd
+    accelerator: mi300x
+routes:
+  tiny: {targets: [{variant: local}, {variant: remote, weight: 3}]}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_good_config_loads(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, GOOD))
+    assert config.server.port == 9000
+    assert isinstance(config.variants["local"], EmbeddedSettings)
+    assert config.variants["local"].batching.max_batch_size == 8
+    remote = config.variants["remote"]
+    assert isinstance(remote, OpenAIHttpSettings) and remote.vendor == "amd"
+    assert [t.weight for t in config.routes["tiny"].targets] == [1.0, 3.0]
+
+
+def test_default_config_serves_three_precisions() -> None:
+    config = default_config()
+    assert list(config.routes) == ["turnout-tiny", "turnout-tiny-int8", "turnout-tiny-int4"]
+    assert {v.precision for v in config.variants.values() if isinstance(v, EmbeddedSettings)} == {
+        "fp32", "int8", "int4"
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GOOD.replace("precision: int8", "precision: int3"), "variants.local.precision"),
+        (GOOD.replace("max_batch_size: 8", "max_batch_size: 0"), "variants.local.batching.max_batch_size"),
+        (GOOD.replace("model: tiny", "modle: tiny"), "variants.remote.modle"),
+        (GOOD.replace("kind: openai_http", "kind: grpc"), "variants.remote"),
+        (GOOD.replace("{variant: local}", "{variant: nowhere}"), "unknown variant 'nowhere'"),
+        (GOOD.replace("port: 9000", "port: 70000"), "server.port"),
+        (GOOD + "extra_section: 1\n", "extra_section"),
+        ("routes: {}\n", "variants"),
+        ("- a list\n", "expected a mapping"),
+        ("variants: [\n", "not valid YAML"),
+    ],
+)
+def test_invalid_config_names_file_and_field(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert str(path) in message
+    assert expected in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "absent.yaml")

@@ -1,0 +1,167 @@
+"""Dynamic batching scheduling, with a recording runner instead of a model."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import pytest
+
+from backends.dynamic_batcher import DynamicBatcher
+from backends.settings import BatchingSettings
+from serving.errors import Overloaded
+
+
+@dataclass
+class Job:
+    key: Hashable | None = ("greedy",)
+    enqueued_at: float = 0.0
+    cancel: bool = False
+    failed: list[BaseException] = field(default_factory=list)
+
+    @property
+    def batch_key(self) -> Hashable | None:
+        return self.key
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel
+
+    def fail(self, error: BaseException) -> None:
+        self.failed.append(error)
+
+
+class Recorder:
+    def __init__(self, gate: threading.Event | None = None, error: Exception | None = None) -> None:
+        self.batches: list[list[Job]] = []
+        self.gate = gate
+        self.error = error
+        self.done = threading.Semaphore(0)
+
+    def __call__(self, batch: list[Job]) -> None:
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.batches.append(batch)
+        self.done.release()
+        if self.error is not None:
+            raise self.error
+
+
+def wait_batches(recorder: Recorder, count: int) -> None:
+    for _ in range(count):
+        assert recorder.done.acquire(timeout=5), "batch did not run"
+
+
+def make(recorder: Recorder, **settings: float) -> DynamicBatcher[Job]:
+    batcher = DynamicBatcher[Job]("v", BatchingSettings(**settings), recorder)  # type: ignore[arg-type]
+    batcher.start()
+    return batcher
+
+
+def test_jobs_arriving_within_the_delay_share_a_batch() -> None:
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=50)
+    blocker = Job()
+    batcher.submit(blocker)
+    time.sleep(0.1)  # the blocker is now running, held by the gate
+    jobs = [Job() for _ in range(5)]
+    for job in jobs:
+        batcher.submit(job)
+    assert batcher.depth() == 5
+    gate.set()
+    wait_batches(recorder, 2)
+    assert recorder.batches[1] == jobs
+    batcher.stop()
+
+
+def test_batch_size_is_capped() -> None:
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    batcher = make(recorder, max_batch_size=4, max_queue_delay_ms=0)
+    for _ in range(10):
+        batcher.submit(Job())
+    gate.set()
+    wait_batches(recorder, 3)
+    assert sorted(len(b) for b in recorder.batches) == [2, 4, 4]
+    batcher.stop()
+
+
+def test_incompatible_jobs_never_share_a_batch_and_keep_their_order() -> None:
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=0)
+    batcher.submit(Job())
+    time.sleep(0.05)
+    greedy = [Job(key="g") for _ in range(3)]
+    sampled = [Job(key="s") for _ in range(2)]
+    seeded = Job(key=None)
+    for job in [greedy[0], sampled[0], seeded, greedy[1], sampled[1], greedy[2]]:
+        batcher.submit(job)
+    gate.set()
+    wait_batches(recorder, 4)
+    assert recorder.batches[1:] == [greedy, sampled, [seeded]]
+    batcher.stop()
+
+
+def test_full_queue_refuses_with_retry_after() -> None:
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    batcher = make(recorder, max_batch_size=1, max_queue_delay_ms=0, max_queue_size=3)
+    batcher.submit(Job())
+    time.sleep(0.05)
+    for _ in range(3):
+        batcher.submit(Job())
+    with pytest.raises(Overloaded) as caught:
+        batcher.submit(Job())
+    assert caught.value.status == 429
+    assert int(caught.value.headers["retry-after"]) >= 1
+    gate.set()
+    wait_batches(recorder, 4)
+    batcher.stop()
+
+
+def test_cancelled_jobs_are_dropped_before_running() -> None:
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=0)
+    batcher.submit(Job())
+    time.sleep(0.05)
+    keep, drop = Job(), Job()
+    batcher.submit(keep)
+    batcher.submit(drop)
+    drop.cancel = True
+    gate.set()
+    wait_batches(recorder, 2)
+    assert recorder.batches[1] == [keep]
+    time.sleep(0.05)
+    assert batcher.depth() == 0
+    batcher.stop()
+
+
+def test_a_failing_batch_fails_its_jobs_and_the_worker_lives_on() -> None:
+    recorder = Recorder(error=RuntimeError("boom"))
+    batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=0)
+    job = Job()
+    batcher.submit(job)
+    wait_batches(recorder, 1)
+    time.sleep(0.05)
+    assert len(job.failed) == 1
+    recorder.error = None
+    batcher.submit(Job())
+    wait_batches(recorder, 1)
+    batcher.stop()
+
+
+def test_batch_observer_sees_sizes() -> None:
+    sizes: list[int] = []
+    recorder = Recorder()
+    batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=0)
+    batcher.on_batch = sizes.append
+    batcher.submit(Job())
+    wait_batches(recorder, 1)
+    time.sleep(0.05)
+    batcher.stop()
+    assert sizes == [1]
