@@ -39,9 +39,10 @@ class EmbeddedSettings(StrictModel):
 
 
 class TimeoutSettings(StrictModel):
+    """Seconds. Waiting for a free pooled connection and opening one share ``pool + connect``."""
+
     connect: Annotated[float, Field(gt=0)] = 5.0
-    read: Annotated[float, Field(gt=0)] = 60.0
-    write: Annotated[float, Field(gt=0)] = 10.0
+    read: Annotated[float, Field(gt=0)] = 60.0  # per wait for data, not for the whole answer
     pool: Annotated[float, Field(gt=0)] = 5.0
 
 
@@ -57,7 +58,6 @@ class OpenAIHttpSettings(StrictModel):
     api_key: str | None = None
     timeouts: TimeoutSettings = TimeoutSettings()
     max_connections: Annotated[int, Field(ge=1)] = 256
-    max_keepalive_connections: Annotated[int, Field(ge=1)] = 64
 
 
 VariantSettings = Annotated[EmbeddedSettings | OpenAIHttpSettings, Field(discriminator="kind")]

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import gateway_process
+from serving.launcher import gateway_process
 
 
 @pytest.fixture(scope="session")
 def gateway_url() -> Iterator[str]:
     """A ``turnout serve`` process with the default config (the shipped model, 3 precisions)."""
-    with gateway_process() as base:
-        yield base
+    with gateway_process() as gateway:
+        yield gateway.url

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import gateway_process
+from serving.launcher import gateway_process
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -101,8 +101,8 @@ def tiny_queue_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         "  small:\n"
         "    targets: [{variant: small}]\n"
     )
-    with gateway_process(Path(config)) as base:
-        yield base
+    with gateway_process(Path(config)) as gateway:
+        yield gateway.url
 
 
 def test_full_queue_answers_429_with_retry_after(tiny_queue_gateway: str) -> None:

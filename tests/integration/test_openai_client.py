@@ -56,9 +56,10 @@ def test_completion(client: openai.OpenAI) -> None:
 
 
 def test_completion_stream(client: openai.OpenAI) -> None:
-    text = "".join(c.choices[0].text for c in client.completions.create(
-        model="turnout-tiny", prompt="12+34=", max_tokens=8, stream=True
-    ))
+    text = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model="turnout-tiny", prompt="12+34=", max_tokens=8, stream=True)
+    )
     assert text == "640"
 
 

@@ -45,7 +45,9 @@ def test_default_config_serves_three_precisions() -> None:
     config = default_config()
     assert list(config.routes) == ["turnout-tiny", "turnout-tiny-int8", "turnout-tiny-int4"]
     assert {v.precision for v in config.variants.values() if isinstance(v, EmbeddedSettings)} == {
-        "fp32", "int8", "int4"
+        "fp32",
+        "int8",
+        "int4",
     }
 
 

@@ -1,7 +1,8 @@
-"""Start real Turnout gateway processes on 127.0.0.1 for tests, with bounded waits.
+"""Start real Turnout gateway processes on 127.0.0.1, with bounded waits.
 
-Each server is a ``turnout serve`` subprocess (the same command users run), killed by
-PID at the end; its log is kept in a temp file and printed if it fails to start.
+Used by tests, benchmarks and load tests. Each server is a ``turnout serve`` subprocess
+(the same command users run), killed by PID at the end; its log is kept in a temp file
+and shown if it fails to start.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -40,13 +42,25 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
     raise TimeoutError(f"{url} not ready after {timeout}s")
 
 
+@dataclass(frozen=True, slots=True)
+class Launched:
+    url: str  # http://127.0.0.1:PORT
+    pid: int
+
+
 @contextmanager
 def gateway_process(
-    config: Path | None = None, *, timeout: float = 60.0, env: dict[str, str] | None = None
-) -> Iterator[str]:
-    """Run ``turnout serve`` and yield its base URL (``http://127.0.0.1:PORT``)."""
+    config: Path | None = None,
+    *,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+    cpus: str | None = None,
+) -> Iterator[Launched]:
+    """Run ``turnout serve`` (pinned to ``cpus`` with taskset if given) until the block ends."""
     port = free_port()
     cmd = [sys.executable, "-m", "serving.cli", "serve", "--port", str(port), "--log-level", "warning"]
+    if cpus is not None:
+        cmd = ["taskset", "-c", cpus, *cmd]
     if config is not None:
         cmd += ["--config", str(config)]
     with tempfile.NamedTemporaryFile(prefix="turnout-", suffix=".log", delete=False) as log:
@@ -61,7 +75,7 @@ def gateway_process(
             wait_ready(f"{base}/ready", proc, timeout)
         except (RuntimeError, TimeoutError) as exc:
             raise RuntimeError(f"{exc}; log:\n{log_path.read_text()[-4000:]}") from None
-        yield base
+        yield Launched(url=base, pid=proc.pid)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -1,0 +1,300 @@
+"""Adapter for any OpenAI-compatible upstream: vLLM (CUDA/ROCm/TPU/CPU), trtllm-serve, SGLang.
+
+It sits between ``serving.gateway`` and the engine on the request path: it turns a
+:class:`GenerateRequest` into a ``/chat/completions`` or ``/completions`` POST on one
+pooled keep-alive ``aiohttp.ClientSession``, and the answer back into a
+:class:`Completion` or a stream of :class:`Chunk` (parsed from the upstream SSE as it
+arrives, never buffered whole). Every failure leaves as a typed ``serving.errors``
+error: upstream 4xx → :class:`UpstreamClientError` (same status and body), 5xx or
+malformed → 502, unreachable → 503, timeout → 504, in both paths alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+
+from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
+from backends.settings import OpenAIHttpSettings
+from serving.errors import (
+    BackendError,
+    BackendTimeout,
+    BackendUnavailable,
+    ClientError,
+    TurnoutError,
+)
+
+_STREAM_OPTIONS = {"include_usage": True}
+
+
+class UpstreamClientError(ClientError):
+    """The upstream refused the request (4xx): its status and OpenAI error fields, as given."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        error_type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code, headers=headers)
+        self.status = status
+        if error_type:
+            self.error_type = error_type
+        self.retry_after = (headers or {}).get("retry-after")
+
+
+def _error_fields(body: bytes) -> tuple[str | None, str | None, str | None, str | None]:
+    """(message, type, param, code) from an OpenAI error body (or vLLM's flat one)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, None, None, None
+    if not isinstance(data, dict):
+        return None, None, None, None
+    err = data.get("error", data)
+    if not isinstance(err, dict):
+        return (err if isinstance(err, str) else None), None, None, None
+    message, etype, param, code = (err.get(k) for k in ("message", "type", "param", "code"))
+    return (
+        message if isinstance(message, str) else None,
+        etype if isinstance(etype, str) else None,
+        param if isinstance(param, str) else None,
+        str(code) if code is not None else None,
+    )
+
+
+def status_error(name: str, status: int, body: bytes, retry_after: str | None) -> TurnoutError:
+    """Map a non-2xx upstream answer to the typed error the gateway renders."""
+    message, etype, param, code = _error_fields(body)
+    if 400 <= status < 500:
+        headers = {"retry-after": retry_after} if retry_after is not None else None
+        return UpstreamClientError(
+            status,
+            message or f"upstream {name} answered {status}",
+            error_type=etype,
+            param=param,
+            code=code,
+            headers=headers,
+        )
+    detail = f": {message}" if message else ""
+    return BackendError(f"upstream {name} answered {status}{detail}")
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+def transport_error(name: str, exc: Exception) -> TurnoutError:
+    """Map a connection failure (or a parse failure) to 503 / 504 / 502."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return BackendTimeout(f"upstream {name}: connect timeout (or no free pooled connection)")
+    if isinstance(exc, TimeoutError):
+        return BackendTimeout(f"upstream {name}: read timeout")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return BackendUnavailable(f"upstream {name} unreachable: {exc}")
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return BackendError(f"upstream {name} failed: {type(exc).__name__}: {exc}")
+    return BackendError(f"upstream {name} sent a malformed answer: {type(exc).__name__}: {exc}")
+
+
+def _usage(data: Any) -> Usage | None:
+    if not isinstance(data, dict):
+        return None
+    return Usage(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0))
+
+
+class OpenAIHttpBackend:
+    """One OpenAI-compatible upstream; one pooled client session per backend."""
+
+    def __init__(self, name: str, settings: OpenAIHttpSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.info = BackendInfo(
+            kind="openai_http",
+            engine=settings.engine,
+            vendor=settings.vendor,
+            accelerator=settings.accelerator,
+        )
+        base = str(settings.base_url).rstrip("/")
+        self._urls = {"chat": base + "/chat/completions", "completion": base + "/completions"}
+        self._headers = {"content-type": "application/json", "user-agent": "turnout"}
+        if settings.api_key:
+            self._headers["authorization"] = f"Bearer {settings.api_key}"
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        if self._session is not None:
+            return
+        t = self.settings.timeouts
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.settings.max_connections, limit_per_host=0),
+            # connect = waiting for a pooled connection + opening one; sock_read = per read.
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=t.pool + t.connect, sock_connect=t.connect, sock_read=t.read
+            ),
+            headers=self._headers,
+            auto_decompress=False,
+            trust_env=False,
+        )
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def ready(self) -> bool:
+        return self._session is not None
+
+    async def _post(self, request: GenerateRequest, stream: bool) -> aiohttp.ClientResponse:
+        session = self._session
+        if session is None:
+            raise BackendUnavailable(f"backend {self.name} is not started")
+        rid = request.request_id
+        headers = {"x-request-id": rid} if rid and rid.isprintable() else None
+        try:
+            return await session.post(
+                self._urls[request.kind], data=self._body(request, stream), headers=headers
+            )
+        except _TRANSPORT_ERRORS as exc:
+            raise transport_error(self.name, exc) from exc
+
+    async def _fail(self, resp: aiohttp.ClientResponse) -> TurnoutError:
+        """The typed error for a non-2xx answer (its body read whole)."""
+        try:
+            body = await resp.read()
+        except _TRANSPORT_ERRORS:
+            body = b""
+        return status_error(self.name, resp.status, body, resp.headers.get("retry-after"))
+
+    def _body(self, request: GenerateRequest, stream: bool) -> bytes:
+        body: dict[str, Any] = dict(request.extra) if request.extra else {}
+        body["model"] = self.settings.model
+        if request.kind == "chat":
+            body["messages"] = request.messages or []
+        else:
+            body["prompt"] = request.prompt or ""
+        p = request.params
+        if p.max_tokens is not None:
+            body["max_tokens"] = p.max_tokens
+        if p.temperature is not None:
+            body["temperature"] = p.temperature
+        if p.top_p is not None:
+            body["top_p"] = p.top_p
+        if p.top_k is not None:
+            body["top_k"] = p.top_k
+        if p.seed is not None:
+            body["seed"] = p.seed
+        if p.stop:
+            body["stop"] = list(p.stop)
+        if p.ignore_eos:  # vLLM's extension; only sent when asked for
+            body["ignore_eos"] = True
+        body["stream"] = stream
+        if stream:
+            options = body.get("stream_options")
+            body["stream_options"] = (
+                {**options, **_STREAM_OPTIONS} if isinstance(options, dict) else _STREAM_OPTIONS
+            )
+        else:
+            body.pop("stream_options", None)
+        return orjson.dumps(body)
+
+    async def complete(self, request: GenerateRequest) -> Completion:
+        resp = await self._post(request, False)
+        try:
+            if resp.status >= 300:
+                raise await self._fail(resp)
+            content = await resp.read()
+        except _TRANSPORT_ERRORS as exc:
+            raise transport_error(self.name, exc) from exc
+        finally:
+            resp.release()
+        try:
+            data = orjson.loads(content)
+            choice = data["choices"][0]
+            text = (choice["message"].get("content") if request.kind == "chat" else choice["text"]) or ""
+            usage = _usage(data.get("usage")) or Usage()
+            return Completion(text=text, finish_reason=choice.get("finish_reason") or "stop", usage=usage)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise transport_error(self.name, exc) from exc
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        resp = await self._post(request, True)
+        try:
+            if resp.status >= 300:
+                raise await self._fail(resp)
+            async for chunk in self._events(resp.content.iter_any(), request.kind == "chat"):
+                yield chunk
+        except _TRANSPORT_ERRORS as exc:
+            raise transport_error(self.name, exc) from exc
+        finally:
+            resp.release()
+
+    async def _events(self, body: AsyncIterator[bytes], chat: bool) -> AsyncIterator[Chunk]:
+        """Parse SSE from the raw byte stream; hold the finish chunk back to fold usage into it."""
+        buf = b""
+        last: Chunk | None = None  # the chunk that carried finish_reason, not yet yielded
+        async for raw in body:
+            buf = buf + raw if buf else raw
+            if b"\r" in buf:
+                buf = buf.replace(b"\r\n", b"\n")
+            while True:
+                end = buf.find(b"\n\n")
+                if end < 0:
+                    break
+                event, buf = buf[:end], buf[end + 2 :]
+                data = _event_data(event)
+                if data is None:
+                    continue
+                if data == b"[DONE]":
+                    last = last or Chunk()
+                    last.finish_reason = last.finish_reason or "stop"
+                    yield last
+                    return  # releasing the response reuses the connection once the body has ended
+                chunk = self._parse_chunk(data, chat)
+                if chunk is None:
+                    continue
+                if last is not None:  # the usage-only chunk (or a late one) after the finish
+                    last.text += chunk.text
+                    last.usage = chunk.usage or last.usage
+                    last.finish_reason = chunk.finish_reason or last.finish_reason
+                elif chunk.finish_reason is not None or chunk.usage is not None:
+                    last = chunk
+                else:
+                    yield chunk
+        if last is not None and last.finish_reason is not None:  # clean end without [DONE]
+            yield last
+            return
+        raise BackendError(f"upstream {self.name} ended the stream before it finished")
+
+    def _parse_chunk(self, data: bytes, chat: bool) -> Chunk | None:
+        try:
+            obj = orjson.loads(data)
+            if obj.get("error"):
+                message, _, _, _ = _error_fields(data)
+                raise BackendError(f"upstream {self.name} failed mid-stream: {message or 'error event'}")
+            usage = _usage(obj.get("usage"))
+            choices = obj.get("choices")
+            if not choices:
+                return Chunk(usage=usage) if usage is not None else None
+            choice = choices[0]
+            text = (choice["delta"].get("content") if chat else choice.get("text")) or ""
+            finish = choice.get("finish_reason")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise transport_error(self.name, exc) from exc
+        if not text and finish is None and usage is None:
+            return None  # role-only or empty delta: nothing to pass on
+        return Chunk(text, finish, usage)
+
+
+def _event_data(event: bytes) -> bytes | None:
+    """The ``data:`` payload of one SSE event (lines joined), or None for comments/other fields."""
+    if event.startswith(b"data:") and b"\n" not in event:
+        return event[5:].lstrip(b" ")
+    parts = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(parts) if parts else None

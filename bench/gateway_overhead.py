@@ -1,0 +1,391 @@
+"""Gateway-overhead benchmark: what does Turnout add on the request path, and how does LiteLLM compare?
+
+Path measured: load generator → [gateway] → ``backends/fault.py`` (the fast fake upstream).
+The same load runs (a) straight at the fault server, (b) through ``turnout serve`` and (c)
+through the LiteLLM proxy, so (b) − (a) and (c) − (a) are the latency each gateway adds.
+
+Placement on the 2 cores: gateways run alone on core 0 (``taskset -c 0``, one uvicorn
+worker); the fault server and this process (the load generator) share core 1. The load
+generator is a raw asyncio + uvloop + httptools HTTP/1.1 keep-alive client (no httpx),
+measured here at well over 10,000 req/s, so the gateway on core 0 is the bottleneck.
+
+Phases, each bounded in count and time: non-streaming chat at concurrency 1 (p50/p99),
+concurrency 32 for a fixed duration (req/s), and streaming chat at concurrency 1 (time to
+the first body byte). LiteLLM lives in its own venv, ``bench/.venv-litellm``, made on first
+use; (c) is skipped with a message when it cannot be installed.
+
+    python bench/gateway_overhead.py [--quick] [--skip-litellm] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httptools
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from backends.fault import FaultServer  # noqa: E402
+
+LITELLM_VENV = ROOT / "bench" / ".venv-litellm"
+# 1.107.0 was a compromised release; stay on the line the design notes measured.
+LITELLM_REQUIREMENT = "litellm[proxy]>=1.106,<1.107"
+MODEL = "fake-model"
+TARGETS = {"added_p50_ms": 0.5, "added_p99_ms": 2.0, "rps_c32": 3000.0, "ttfb_added_ms": 1.0}
+
+
+# ---------------------------------------------------------------- load generator
+class _Conn(asyncio.Protocol):
+    """One keep-alive client connection; ``request()`` sends bytes and times the answer."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.first = 0
+        self.closed = False
+        self.keep_alive = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionError("connection lost"))
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_headers_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()  # not reliable once the body is parsed
+
+    def on_body(self, body: bytes) -> None:
+        if not self.first:  # the first body byte: for a stream, its first SSE event
+            self.first = time.perf_counter_ns()
+
+    def on_message_complete(self) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    async def request(self, data: bytes) -> tuple[int, int, int]:
+        """(status, ns to first byte of the answer, ns to its end)."""
+        assert self.transport is not None
+        self.done = asyncio.get_running_loop().create_future()
+        self.first = 0
+        start = time.perf_counter_ns()
+        self.transport.write(data)
+        await self.done
+        end = time.perf_counter_ns()
+        return self.parser.get_status_code(), self.first - start, end - start
+
+
+@dataclass
+class PhaseResult:
+    latencies_ns: list[int] = field(default_factory=list)
+    ttfb_ns: list[int] = field(default_factory=list)
+    errors: int = 0
+    seconds: float = 0.0
+
+    def pct(self, which: str, q: float) -> float:
+        values = sorted(self.ttfb_ns if which == "ttfb" else self.latencies_ns)
+        if not values:
+            return float("nan")
+        return values[min(len(values) - 1, int(q * len(values)))] / 1e6
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies_ns) / self.seconds if self.seconds else 0.0
+
+
+async def _worker(port: int, data: bytes, budget: list[int], deadline: float, out: PhaseResult) -> None:
+    loop = asyncio.get_running_loop()
+    conn: _Conn | None = None
+    while budget[0] > 0 and time.perf_counter() < deadline:
+        budget[0] -= 1
+        if conn is None or conn.closed:
+            _, conn = await loop.create_connection(_Conn, "127.0.0.1", port)
+        try:
+            status, first, total = await asyncio.wait_for(conn.request(data), 30)
+        except (ConnectionError, TimeoutError):
+            out.errors += 1
+            conn = None
+            continue
+        if status != 200:
+            out.errors += 1
+        else:
+            out.latencies_ns.append(total)
+            out.ttfb_ns.append(first)
+        if not conn.keep_alive and conn.transport is not None:
+            conn.transport.close()
+            conn = None
+
+
+async def run_phase(port: int, data: bytes, concurrency: int, count: int, seconds: float,
+                    warmup: int) -> PhaseResult:
+    """Closed loop: ``concurrency`` connections send until ``count`` answers or ``seconds`` pass."""
+    await _run(port, data, concurrency, warmup, 30.0, PhaseResult())
+    result = PhaseResult()
+    return await _run(port, data, concurrency, count, seconds, result)
+
+
+async def _run(port: int, data: bytes, concurrency: int, count: int, seconds: float,
+               result: PhaseResult) -> PhaseResult:
+    budget = [count]
+    start = time.perf_counter()
+    await asyncio.gather(*(_worker(port, data, budget, start + seconds, result) for _ in range(concurrency)))
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def http_request(port: int, stream: bool) -> bytes:
+    body: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}],
+                            "max_tokens": 16}
+    if stream:
+        body["stream"] = True
+    raw = orjson.dumps(body)
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
+            f"Content-Length: {len(raw)}\r\n\r\n")
+    return head.encode() + raw
+
+
+# ---------------------------------------------------------------- servers under test
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pinned(cpu: int, cmd: list[str]) -> list[str]:
+    return ["taskset", "-c", str(cpu), *cmd] if shutil.which("taskset") else cmd
+
+
+def _wait_answering(port: int, proc: subprocess.Popen[bytes], limit: float) -> None:
+    """Bounded wait until a real chat request through ``port`` answers 200."""
+    body = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with status {proc.returncode}")
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"content-type": "application/json",
+                                              "authorization": "Bearer sk-bench"})
+        with contextlib.suppress(OSError), urllib.request.urlopen(req, timeout=5) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(0.25)
+    raise RuntimeError(f"no 200 answer on port {port} within {limit:.0f}s")
+
+
+@contextlib.contextmanager
+def gateway(cmd: list[str], port: int, limit: float, env: dict[str, str] | None = None,
+            log: Path | None = None) -> Any:
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(_pinned(0, cmd), cwd=ROOT, env={**os.environ, **(env or {})},
+                            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_answering(port, proc, limit)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        if log:
+            out.close()  # type: ignore[union-attr]
+
+
+def turnout_cmd(fault_url: str, port: int, tmp: Path) -> list[str] | None:
+    if not (ROOT / "serving" / "cli.py").exists():
+        return None
+    config = tmp / "turnout.yaml"
+    config.write_text(
+        "variants:\n  fake:\n    kind: openai_http\n"
+        f"    base_url: {fault_url}/v1\n    model: {MODEL}\n    engine: vllm\n"
+        f"routes:\n  {MODEL}:\n    targets: [{{variant: fake}}]\n")
+    exe = shutil.which("turnout")
+    base = [exe] if exe else [sys.executable, "-m", "serving.cli"]
+    return [*base, "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]
+
+
+def ensure_litellm() -> Path | None:
+    """The ``litellm`` executable in bench/.venv-litellm, installing it on first use."""
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if exe.exists():
+        return exe
+    print(f"installing {LITELLM_REQUIREMENT} into {LITELLM_VENV} (first use, a few minutes)...", flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True, timeout=120)
+        subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", LITELLM_REQUIREMENT],
+                       check=True, timeout=1200)
+    except (subprocess.SubprocessError, OSError) as exc:
+        print(f"LiteLLM skipped: could not install it ({exc})", flush=True)
+        return None
+    return exe if exe.exists() else None
+
+
+def litellm_cmd(exe: Path, fault_url: str, port: int, tmp: Path) -> list[str]:
+    config = tmp / "litellm.yaml"
+    config.write_text(
+        f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n      model: openai/{MODEL}\n"
+        f"      api_base: {fault_url}/v1\n      api_key: sk-fake\n"
+        "general_settings:\n  master_key: sk-bench\n")  # the load generator sends this key
+    return [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+            "--num_workers", "1"]
+
+
+LITELLM_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
+               "LITELLM_TELEMETRY": "False", "DISABLE_SCHEMA_UPDATE": "True"}
+
+
+# ---------------------------------------------------------------- measurement and report
+@dataclass
+class Sizes:
+    c1_count: int
+    c1_seconds: float
+    c32_seconds: float
+    stream_count: int
+    warmup: int
+
+
+def _run_loop(coro: Any) -> PhaseResult:
+    try:
+        import uvloop
+    except ImportError:
+        result: PhaseResult = asyncio.run(coro)
+        return result
+    return uvloop.run(coro)  # type: ignore[no-any-return]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` and its children so far (0 where /proc is missing)."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(stat.parent.name) == pid or int(fields[1]) == pid:
+                total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def measure(name: str, port: int, sizes: Sizes, pid: int) -> dict[str, float]:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    print(f"[{name}] measuring on port {port} (load average {load:.2f})...", flush=True)
+    if load > 1.0:
+        print(f"[{name}] warning: the machine is busy; tail latencies will be noisy", flush=True)
+    plain, streamed = http_request(port, False), http_request(port, True)
+    c1 = _run_loop(run_phase(port, plain, 1, sizes.c1_count, sizes.c1_seconds, sizes.warmup))
+    cpu_before = _cpu_seconds(pid)
+    c32 = _run_loop(run_phase(port, plain, 32, 10**9, sizes.c32_seconds, sizes.warmup))
+    served = len(c32.latencies_ns) + sizes.warmup
+    cpu_us = 1e6 * (_cpu_seconds(pid) - cpu_before) / served if served else float("nan")
+    st = _run_loop(run_phase(port, streamed, 1, sizes.stream_count, sizes.c1_seconds, sizes.warmup))
+    row = {"p50_ms": c1.pct("lat", 0.5), "p99_ms": c1.pct("lat", 0.99), "n_c1": len(c1.latencies_ns),
+           "rps_c32": c32.rps, "p50_c32_ms": c32.pct("lat", 0.5), "p99_c32_ms": c32.pct("lat", 0.99),
+           "ttfb_p50_ms": st.pct("ttfb", 0.5), "ttfb_p99_ms": st.pct("ttfb", 0.99),
+           "stream_p50_ms": st.pct("lat", 0.5), "server_cpu_us_c32": cpu_us,
+           "errors": c1.errors + c32.errors + st.errors}
+    print(f"[{name}] c=1 p50 {row['p50_ms']:.3f} ms, c=32 {row['rps_c32']:.0f} req/s, "
+          f"TTFB p50 {row['ttfb_p50_ms']:.3f} ms, errors {row['errors']}", flush=True)
+    return row
+
+
+def report(rows: dict[str, dict[str, float]]) -> dict[str, Any]:
+    direct = rows["direct"]
+    for name, row in rows.items():
+        if name != "direct":
+            row["added_p50_ms"] = row["p50_ms"] - direct["p50_ms"]
+            row["added_p99_ms"] = row["p99_ms"] - direct["p99_ms"]
+            row["ttfb_added_ms"] = row["ttfb_p50_ms"] - direct["ttfb_p50_ms"]
+    lines = [("non-stream c=1 p50 (ms)", "p50_ms", 3), ("non-stream c=1 p99 (ms)", "p99_ms", 3),
+             ("added p50 (ms)", "added_p50_ms", 3), ("added p99 (ms)", "added_p99_ms", 3),
+             ("c=32 throughput (req/s)", "rps_c32", 0), ("c=32 p50 (ms)", "p50_c32_ms", 2),
+             ("c=32 p99 (ms)", "p99_c32_ms", 2), ("c=32 server CPU (us/req)", "server_cpu_us_c32", 1),
+             ("stream TTFB p50 (ms)", "ttfb_p50_ms", 3),
+             ("stream TTFB added p50 (ms)", "ttfb_added_ms", 3), ("errors", "errors", 0)]
+    names = list(rows)
+    print("\n" + f"{'':28}" + "".join(f"{n:>12}" for n in names))
+    for label, key, digits in lines:
+        cells = [f"{rows[n][key]:>12.{digits}f}" if key in rows[n] else f"{'-':>12}" for n in names]
+        print(f"{label:28}" + "".join(cells))
+    summary: dict[str, Any] = {"rows": rows}
+    if "turnout" in rows and "litellm" in rows:
+        t, lite = rows["turnout"], rows["litellm"]
+        ratios = {"added_p50 turnout/litellm": t["added_p50_ms"] / lite["added_p50_ms"],
+                  "rps_c32 turnout/litellm": t["rps_c32"] / lite["rps_c32"]}
+        summary["ratios"] = ratios
+        print("\nratios: " + ", ".join(f"{k} = {v:.3g}" for k, v in ratios.items()))
+    if "turnout" in rows:
+        t = rows["turnout"]
+        checks = {"added p50 <= 0.5 ms": t["added_p50_ms"] <= TARGETS["added_p50_ms"],
+                  "added p99 <= 2 ms": t["added_p99_ms"] <= TARGETS["added_p99_ms"],
+                  "c=32 >= 3,000 req/s": t["rps_c32"] >= TARGETS["rps_c32"],
+                  "stream TTFB added <= 1 ms": t["ttfb_added_ms"] <= TARGETS["ttfb_added_ms"]}
+        summary["targets"] = checks
+        verdicts = (f"{k}: {'PASS' if ok else 'MISS'}" for k, ok in checks.items())
+        print("targets (Turnout): " + ", ".join(verdicts))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
+    parser.add_argument("--skip-turnout", action="store_true")
+    parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    sizes = Sizes(300, 5, 2, 200, 50) if args.quick else Sizes(3000, 20, 5, 1500, 300)
+    with contextlib.suppress(AttributeError, OSError):
+        if len(os.sched_getaffinity(0)) > 1:
+            os.sched_setaffinity(0, {1})  # the load generator shares core 1 with the fault server
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="turnout-bench-") as tmpdir, \
+            FaultServer(process=True, cpu=1, chunks=8) as fault:
+        tmp = Path(tmpdir)
+        assert fault.proc is not None
+        rows["direct"] = measure("direct", fault.port, sizes, fault.proc.pid)
+        cmd = None if args.skip_turnout else turnout_cmd(fault.url, port := _free_port(), tmp)
+        if cmd is None and not args.skip_turnout:
+            print("Turnout skipped: serving/cli.py is not there yet", flush=True)
+        elif cmd is not None:
+            try:
+                with gateway(cmd, port, 60, log=tmp / "turnout.log") as proc:
+                    rows["turnout"] = measure("turnout", port, sizes, proc.pid)
+            except RuntimeError as exc:
+                print(f"Turnout failed: {exc}\n{(tmp / 'turnout.log').read_text()[-3000:]}", flush=True)
+        exe = None if args.skip_litellm else ensure_litellm()
+        if exe is not None:
+            port = _free_port()
+            try:
+                with gateway(litellm_cmd(exe, fault.url, port, tmp), port, 240, LITELLM_ENV,
+                             log=tmp / "litellm.log") as proc:
+                    rows["litellm"] = measure("litellm", port, sizes, proc.pid)
+            except RuntimeError as exc:
+                print(f"LiteLLM skipped: {exc}\n{(tmp / 'litellm.log').read_text()[-3000:]}", flush=True)
+    summary = report(rows)
+    if args.json:
+        args.json.write_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
