@@ -18,7 +18,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
 from backends.dynamic_batcher import DynamicBatcher
-from backends.ortgenai_runner import GenAIModel, Sequence
+from backends.ortgenai_runner import Event, GenAIModel, Sequence
 from backends.settings import EmbeddedSettings
 from serving.errors import BackendError, ClientError
 
@@ -155,12 +155,14 @@ class EmbeddedBackend:
         prompt = self.encode_prompt(request)
         max_new = self._max_new_tokens(request, len(prompt))
         loop = asyncio.get_running_loop()
-        inbox: asyncio.Queue[tuple[str, str | None, int]] = asyncio.Queue()
-
-        def emit(text: str, finish: str | None, generated: int) -> None:
-            loop.call_soon_threadsafe(inbox.put_nowait, (text, finish, generated))
-
-        seq = Sequence(prompt_ids=prompt, params=request.params, max_new_tokens=max_new, emit=emit)
+        inbox: asyncio.Queue[Event] = asyncio.Queue()
+        seq = Sequence(
+            prompt_ids=prompt,
+            params=request.params,
+            max_new_tokens=max_new,
+            loop=loop,
+            receive=inbox.put_nowait,
+        )
         batcher.submit(seq)
         try:
             while True:

@@ -55,16 +55,31 @@ from backends.fault_protocol import (
     split_reply,
 )
 
-__all__ = ["DEFAULT_REPLY", "FaultApp", "FaultServer", "Script", "main", "parse_script", "serve",
-           "split_reply"]
+__all__ = [
+    "DEFAULT_REPLY",
+    "FaultApp",
+    "FaultServer",
+    "Script",
+    "main",
+    "parse_script",
+    "serve",
+    "split_reply",
+]
 
 
-async def serve(host: str, port: int, app: FaultApp, ready: threading.Event | None = None,
-                stop: asyncio.Event | None = None, bound: list[int] | None = None) -> None:
+async def serve(
+    host: str,
+    port: int,
+    app: FaultApp,
+    ready: threading.Event | None = None,
+    stop: asyncio.Event | None = None,
+    bound: list[int] | None = None,
+) -> None:
     """Serve until ``stop`` is set (forever when None)."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: FaultConnection(app), host, port, backlog=1024,
-                                      reuse_address=True)
+    server = await loop.create_server(
+        lambda: FaultConnection(app), host, port, backlog=1024, reuse_address=True
+    )
     if bound is not None:
         bound.append(server.sockets[0].getsockname()[1])
     if ready is not None:
@@ -99,9 +114,19 @@ class FaultServer:
     runs ``python -m backends.fault`` instead, pinned with ``taskset -c cpu`` when given.
     """
 
-    def __init__(self, *, default: str = "ok", reply: str = DEFAULT_REPLY, chunks: int = 8,
-                 model: str = "fake-model", host: str = "127.0.0.1", port: int = 0,
-                 process: bool = False, cpu: int | None = None, start_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        default: str = "ok",
+        reply: str = DEFAULT_REPLY,
+        chunks: int = 8,
+        model: str = "fake-model",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        process: bool = False,
+        cpu: int | None = None,
+        start_timeout: float = 10.0,
+    ) -> None:
         self.host, self.port = host, port
         self.options = {"default": default, "reply": reply, "chunks": chunks, "model": model}
         self.use_process, self.cpu, self.start_timeout = process, cpu, start_timeout
@@ -122,9 +147,23 @@ class FaultServer:
         if self.use_process:
             self.port = self.port or _free_port(self.host)
             opts = self.options
-            cmd = [sys.executable, "-m", "backends.fault", "--host", self.host, "--port", str(self.port),
-                   "--default", str(opts["default"]), "--reply", str(opts["reply"]),
-                   "--chunks", str(opts["chunks"]), "--model", str(opts["model"])]
+            cmd = [
+                sys.executable,
+                "-m",
+                "backends.fault",
+                "--host",
+                self.host,
+                "--port",
+                str(self.port),
+                "--default",
+                str(opts["default"]),
+                "--reply",
+                str(opts["reply"]),
+                "--chunks",
+                str(opts["chunks"]),
+                "--model",
+                str(opts["model"]),
+            ]
             if self.cpu is not None and shutil.which("taskset"):
                 cmd = ["taskset", "-c", str(self.cpu), *cmd]
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -20,11 +20,19 @@ import httptools
 import orjson
 
 DEFAULT_REPLY = "The quick brown fox jumps over the lazy dog."
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 422: "invalid_request_error", 429: "rate_limit_error"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
 _PHRASES = {status.value: status.phrase.encode() for status in HTTPStatus}
-_SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-             b"transfer-encoding: chunked\r\n\r\n")
+_SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
 _DONE = b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
 
 
@@ -103,15 +111,22 @@ class Stats:
         self.paths: dict[str, int] = {}
 
     def as_json(self) -> bytes:
-        return orjson.dumps({"requests": self.requests, "connections": self.connections,
-                             "open_connections": self.open_connections, "paths": self.paths})
+        return orjson.dumps(
+            {
+                "requests": self.requests,
+                "connections": self.connections,
+                "open_connections": self.open_connections,
+                "paths": self.paths,
+            }
+        )
 
 
 class FaultApp:
     """Server-wide settings and counters, shared by every connection."""
 
-    def __init__(self, *, default: str = "ok", reply: str = DEFAULT_REPLY, chunks: int = 8,
-                 model: str = "fake-model") -> None:
+    def __init__(
+        self, *, default: str = "ok", reply: str = DEFAULT_REPLY, chunks: int = 8, model: str = "fake-model"
+    ) -> None:
         self.default = parse_script(default)
         self.reply = reply
         self.pieces = split_reply(reply, chunks)
@@ -119,8 +134,12 @@ class FaultApp:
         self.model = model
         self.stats = Stats()
         self.conns: set[asyncio.Transport] = set()
-        self.models_body = orjson.dumps({"object": "list", "data": [
-            {"id": model, "object": "model", "created": int(time.time()), "owned_by": "fault"}]})
+        self.models_body = orjson.dumps(
+            {
+                "object": "list",
+                "data": [{"id": model, "object": "model", "created": int(time.time()), "owned_by": "fault"}],
+            }
+        )
 
 
 @dataclass(slots=True)
@@ -143,11 +162,17 @@ class _Request:
         return None
 
 
-def _response(status: int, body: bytes, keep_alive: bool, ctype: bytes = b"application/json",
-              extra: bytes = b"") -> bytes:
+def _response(
+    status: int, body: bytes, keep_alive: bool, ctype: bytes = b"application/json", extra: bytes = b""
+) -> bytes:
     head = b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s%s\r\n" % (
-        status, _PHRASES.get(status, b"Error"), ctype, len(body), extra,
-        b"" if keep_alive else b"connection: close\r\n")
+        status,
+        _PHRASES.get(status, b"Error"),
+        ctype,
+        len(body),
+        extra,
+        b"" if keep_alive else b"connection: close\r\n",
+    )
     return head + body
 
 
@@ -290,8 +315,11 @@ class FaultConnection(asyncio.Protocol):
 
     def _usage(self, req: _Request, completion_tokens: int) -> dict[str, int]:
         prompt = max(1, len(req.body) // 16)
-        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
-                "total_tokens": prompt + completion_tokens}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens,
+        }
 
     def _complete(self, req: _Request, payload: dict[str, Any], script: Script, chat: bool) -> bytes:
         if script.error:
@@ -307,11 +335,16 @@ class FaultConnection(asyncio.Protocol):
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        body = orjson.dumps({
-            "id": "chatcmpl-fault" if chat else "cmpl-fault",
-            "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": payload.get("model", self.app.model),
-            "choices": [choice], "usage": self._usage(req, len(pieces))})
+        body = orjson.dumps(
+            {
+                "id": "chatcmpl-fault" if chat else "cmpl-fault",
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": payload.get("model", self.app.model),
+                "choices": [choice],
+                "usage": self._usage(req, len(pieces)),
+            }
+        )
         return _response(200, body, req.keep_alive)
 
     async def _answer(self, req: _Request, payload: dict[str, Any], script: Script, chat: bool) -> None:
@@ -332,9 +365,12 @@ class FaultConnection(asyncio.Protocol):
         created = int(time.time())
         options = payload.get("stream_options")
         usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        base: dict[str, Any] = {"id": "chatcmpl-fault" if chat else "cmpl-fault",
-                                "object": "chat.completion.chunk" if chat else "text_completion",
-                                "created": created, "model": model}
+        base: dict[str, Any] = {
+            "id": "chatcmpl-fault" if chat else "cmpl-fault",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+        }
 
         def event(piece: str | None, reason: str | None) -> bytes:
             if chat:
@@ -355,13 +391,24 @@ class FaultConnection(asyncio.Protocol):
                 await asyncio.sleep(script.slow_chunks_ms / 1000)
             self._write(event(piece, finish if i == last else None))
         else:
-            tail = _chunk(orjson.dumps({**base, "choices": [], "usage": self._usage(req, len(pieces))})) \
-                if usage else b""
+            tail = (
+                _chunk(orjson.dumps({**base, "choices": [], "usage": self._usage(req, len(pieces))}))
+                if usage
+                else b""
+            )
             self._write(tail + _DONE, req.reuse)
             return
         if script.error_event >= 0 and script.cut < 0:
-            err = orjson.dumps({"error": {"message": "fault injected: error event", "type": "server_error",
-                                          "param": None, "code": 500}})
+            err = orjson.dumps(
+                {
+                    "error": {
+                        "message": "fault injected: error event",
+                        "type": "server_error",
+                        "param": None,
+                        "code": 500,
+                    }
+                }
+            )
             self._write(_chunk(err) + _DONE, req.reuse)
         elif script.corrupt and script.cut < 0:
             self._write(_chunk(b'{"choices": [{"de') + _DONE, req.reuse)

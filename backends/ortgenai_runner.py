@@ -8,6 +8,7 @@ sequence, its own ``max_tokens`` or cancellation, and the batch ends when all ha
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -28,6 +29,9 @@ except ImportError as exc:  # pragma: no cover - the dependency is declared
     ) from exc
 
 
+Event = tuple[str, str | None, int]
+
+
 @dataclass(slots=True)
 class Sequence:
     """One request's decode state inside a batch (touched only by the worker thread)."""
@@ -35,9 +39,11 @@ class Sequence:
     prompt_ids: np.ndarray
     params: SamplingParams
     max_new_tokens: int
-    # emit(text, finish_reason, completion_tokens): text delta; finish_reason set on the last call.
-    emit: Callable[[str, str | None, int], None]
+    loop: asyncio.AbstractEventLoop
+    # Runs on ``loop`` with each event: (text delta, finish_reason on the last one, tokens so far).
+    receive: Callable[[Event], None]
     scanner: StopScanner = field(init=False)
+    outbox: list[Event] = field(default_factory=list)
     enqueued_at: float = 0.0
     generated: int = 0
     finished: bool = False
@@ -60,15 +66,37 @@ class Sequence:
     def cancelled(self) -> bool:
         return self.cancel_requested
 
+    def emit(self, text: str, finish: str | None, generated: int) -> None:
+        """Queue an event; :func:`deliver` hands a whole step's events to the loop at once."""
+        self.outbox.append((text, finish, generated))
+
     def fail(self, error: BaseException) -> None:
         if not self.finished:
             self.finished = True
             self.emit("", "error", self.generated)
+            deliver([self])
 
     def finish(self, reason: str) -> None:
         if not self.finished:
             self.finished = True
             self.emit(self.scanner.flush(), reason, self.generated)
+
+
+def _receive_all(batches: list[tuple[Callable[[Event], None], list[Event]]]) -> None:
+    for receive, events in batches:
+        for event in events:
+            receive(event)
+
+
+def deliver(sequences: list[Sequence]) -> None:
+    """One thread-safe wake-up per event loop per decode step, not one per token."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Callable[[Event], None], list[Event]]]] = {}
+    for seq in sequences:
+        if seq.outbox:
+            by_loop.setdefault(seq.loop, []).append((seq.receive, seq.outbox))
+            seq.outbox = []
+    for loop, batches in by_loop.items():
+        loop.call_soon_threadsafe(_receive_all, batches)
 
 
 class GenAIModel:
@@ -106,6 +134,7 @@ class GenAIModel:
         for seq in batch:
             if seq.cancel_requested:
                 seq.finish("cancelled")
+        deliver(batch)
         if not live:
             return
         padded_len = max(len(s.prompt_ids) for s in live)
@@ -147,8 +176,10 @@ class GenAIModel:
                     self._advance(seq, int(next_tokens[row]))
                 if seq.finished:
                     remaining -= 1
+            deliver(live)
         for seq in live:
             seq.finish("length")
+        deliver(live)
 
     def _advance(self, seq: Sequence, token: int) -> None:
         if token in self.eos_ids and not seq.params.ignore_eos:

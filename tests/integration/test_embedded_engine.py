@@ -52,26 +52,40 @@ def test_concurrent_requests_are_batched(gateway_url: str) -> None:
     assert sequences / batches > 1.5, f"{sequences} sequences in {batches} batches"
 
 
+async def _open_and_leave(base: str, body: dict[str, object], streams: int, lines: int) -> list[str]:
+    """Open ``streams`` streams, read ``lines`` lines of each, then hang up on all of them."""
+
+    async def one(client: httpx.AsyncClient) -> str:
+        async with client.stream("POST", f"{base}/v1/completions", json=body) as reply:
+            received = []
+            async for line in reply.aiter_lines():
+                received.append(line)
+                if len(received) == lines:
+                    break
+            return received[0]
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        return await asyncio.gather(*(one(client) for _ in range(streams)))
+
+
 def test_client_disconnect_cancels_generation(gateway_url: str) -> None:
     variant = "turnout-tiny-int4"
     before = metric(scrape(gateway_url), "turnout_engine_generated_tokens_total", variant=variant)
     body = {"model": variant, "prompt": "the", "max_tokens": 480, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", f"{gateway_url}/v1/completions", json=body, timeout=30) as reply:
-        lines = reply.iter_lines()
-        received = [next(lines) for _ in range(6)]
-    assert any(line.startswith("data: ") for line in received)
+    streams = 16  # one batch: ~7,700 tokens of work if nobody cancelled
+    firsts = asyncio.run(_open_and_leave(gateway_url, body, streams, lines=6))
+    assert all(line.startswith("data: ") for line in firsts)
     deadline = time.monotonic() + 10
     cancelled = 0.0
     while time.monotonic() < deadline:
-        text = scrape(gateway_url)
-        cancelled = metric(text, "turnout_requests_total", route=variant, status="499")
-        if cancelled:
+        cancelled = metric(scrape(gateway_url), "turnout_requests_total", route=variant, status="499")
+        if cancelled == streams:
             break
         time.sleep(0.05)
-    assert cancelled == 1
+    assert cancelled == streams
     time.sleep(0.3)
     generated = metric(scrape(gateway_url), "turnout_engine_generated_tokens_total", variant=variant) - before
-    assert 3 <= generated < 480, f"engine decoded {generated} tokens after the client left"
+    assert streams * 3 <= generated < 0.6 * streams * 480, f"engine decoded {generated} tokens"
 
 
 def test_request_metrics_per_route_and_variant(gateway_url: str) -> None:
@@ -109,7 +123,7 @@ def test_full_queue_answers_429_with_retry_after(tiny_queue_gateway: str) -> Non
     body = {"model": "small", "prompt": "the", "max_tokens": 200, "ignore_eos": True}
     replies = asyncio.run(_many(tiny_queue_gateway, 10, body))
     statuses = sorted(r.status_code for r in replies)
-    assert statuses.count(200) >= 3  # one running + two queued at least
+    assert statuses.count(200) >= 2  # the queue holds two (a third may already be running)
     refused = [r for r in replies if r.status_code == 429]
     assert refused, statuses
     for reply in refused:
