@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from backends.base import SamplingParams
+from backends.base import GenerateRequest, SamplingParams
 from serving.errors import ClientError
 
 _MAX_STOP_SEQUENCES = 4
@@ -112,6 +112,9 @@ class SamplingFields(WireModel):
     def extra_fields(self) -> dict[str, Any]:
         return dict(self.model_extra) if self.model_extra else {}
 
+    def to_generate(self, request_id: str) -> GenerateRequest:
+        raise NotImplementedError
+
 
 class ChatCompletionRequest(SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
@@ -129,9 +132,27 @@ class ChatCompletionRequest(SamplingFields):
     def message_dicts(self) -> list[dict[str, Any]]:
         return [{"role": m.role, "content": m.text()} for m in self.messages]
 
+    def to_generate(self, request_id: str) -> GenerateRequest:
+        return GenerateRequest(
+            kind="chat",
+            params=self.sampling(),
+            messages=self.message_dicts(),
+            extra=self.extra_fields(),
+            request_id=request_id,
+        )
+
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int]
+
+    def to_generate(self, request_id: str) -> GenerateRequest:
+        return GenerateRequest(
+            kind="completion",
+            params=self.sampling(),
+            prompt=self.prompt_text(),
+            extra=self.extra_fields(),
+            request_id=request_id,
+        )
 
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):

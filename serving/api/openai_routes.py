@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from backends.base import Chunk, GenerateRequest
+from backends.base import Chunk
 from serving import sse
 from serving.api.errors import error_response
 from serving.api.state import AppState
@@ -148,27 +148,9 @@ async def _serve(request: Request, chat: bool) -> Response:
     endpoint = "chat" if chat else "completions"
     try:
         body = await read_body(request, state.max_body_bytes)
-        wire: ChatCompletionRequest | CompletionRequest
-        if chat:
-            wire = parse_wire(ChatCompletionRequest, body)
-            wire.check()
-            generate = GenerateRequest(
-                kind="chat",
-                params=wire.sampling(),
-                messages=wire.message_dicts(),
-                extra=wire.extra_fields(),
-                request_id=rid,
-            )
-        else:
-            wire = parse_wire(CompletionRequest, body)
-            wire.check()
-            generate = GenerateRequest(
-                kind="completion",
-                params=wire.sampling(),
-                prompt=wire.prompt_text(),
-                extra=wire.extra_fields(),
-                request_id=rid,
-            )
+        wire = parse_wire(ChatCompletionRequest if chat else CompletionRequest, body)
+        wire.check()
+        generate = wire.to_generate(rid)
         route = wire.model
         variant, backend = state.gateway.choose(route, request.headers.get("x-turnout-key") or wire.user)
         headers = {
