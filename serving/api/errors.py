@@ -19,10 +19,9 @@ from serving.errors import TurnoutError
 log = logging.getLogger("turnout")
 
 
-def error_response(exc: TurnoutError, request_id: str | None = None) -> Response:
-    headers = dict(exc.headers)
-    if request_id:
-        headers["x-request-id"] = request_id
+def error_response(exc: TurnoutError, headers: dict[str, str]) -> Response:
+    """The OpenAI error body; ``headers`` (request id, variant) are sent with the error's own."""
+    headers = {**headers, **exc.headers}
     return Response(
         orjson.dumps(exc.body()), status_code=exc.status, headers=headers, media_type="application/json"
     )
@@ -34,7 +33,8 @@ def _body(message: str, error_type: str, code: str | None) -> bytes:
 
 async def handle_turnout_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, TurnoutError)
-    return error_response(exc, request.headers.get("x-request-id"))
+    rid = request.headers.get("x-request-id")
+    return error_response(exc, {"x-request-id": rid} if rid else {})
 
 
 async def handle_http_exception(request: Request, exc: Exception) -> Response:

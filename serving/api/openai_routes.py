@@ -146,6 +146,7 @@ async def _serve(request: Request, chat: bool) -> Response:
     state: AppState = request.app.state.turnout
     rid = request.headers.get("x-request-id") or _new_request_id()
     endpoint = "chat" if chat else "completions"
+    headers = {"x-request-id": rid}
     try:
         body = await read_body(request, state.max_body_bytes)
         wire = parse_wire(ChatCompletionRequest if chat else CompletionRequest, body)
@@ -153,11 +154,8 @@ async def _serve(request: Request, chat: bool) -> Response:
         generate = wire.to_generate(rid)
         route = wire.model
         variant, backend = state.gateway.choose(route, request.headers.get("x-turnout-key") or wire.user)
-        headers = {
-            "x-request-id": rid,
-            "x-turnout-variant": variant,
-            "x-turnout-route-version": str(state.gateway.table.version),
-        }
+        headers["x-turnout-variant"] = variant
+        headers["x-turnout-route-version"] = str(state.gateway.table.version)
         created = int(time.time())
         if wire.stream:
             chunks = await state.gateway.stream(route, variant, backend, generate, endpoint)
@@ -174,7 +172,7 @@ async def _serve(request: Request, chat: bool) -> Response:
         content = render(rid, route, created, result.text, result.finish_reason, result.usage.as_dict())
         return Response(content, media_type="application/json", headers=headers)
     except TurnoutError as exc:
-        return error_response(exc, rid)
+        return error_response(exc, headers)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -199,5 +197,5 @@ async def get_model(request: Request) -> Response:
     state: AppState = request.app.state.turnout
     name = request.path_params["model"]
     if name not in state.gateway.route_names():
-        return error_response(NotFound(f"The model '{name}' does not exist", param="model"))
+        return error_response(NotFound(f"The model '{name}' does not exist", param="model"), {})
     return Response(orjson.dumps(_model_card(name, state.started)), media_type="application/json")

@@ -145,6 +145,9 @@ def test_bad_input_gets_openai_error(
     if param is not None:
         assert error["param"] == param
     assert reply.headers["content-type"].startswith("application/json")
+    assert len(reply.headers["x-request-id"]) == 32
+    if name in ("max_tokens above context", "prompt too long"):  # refused by the engine itself
+        assert reply.headers["x-turnout-variant"] == "turnout-tiny"
     # ...and the server keeps serving.
     ok = httpx.post(gateway_url + COMPLETIONS, json={"model": "turnout-tiny", "prompt": "1", "max_tokens": 1})
     assert ok.status_code == 200
