@@ -177,6 +177,7 @@ class GenAIModel:
                 if seq.finished:
                     remaining -= 1
             deliver(live)
+            time.sleep(0)  # hand the GIL to the event loop once per step (ORT GenAI holds it long)
         for seq in live:
             seq.finish("length")
         deliver(live)
