@@ -37,7 +37,8 @@ def fault_server() -> Iterator[FaultServer]:
 @asynccontextmanager
 async def backend_for(base_url: str, **overrides: Any) -> AsyncIterator[OpenAIHttpBackend]:
     settings = OpenAIHttpSettings.model_validate(
-        {"base_url": base_url, "model": "fake-model", "engine": "vllm", **overrides})
+        {"base_url": base_url, "model": "fake-model", "engine": "vllm", **overrides}
+    )
     backend = OpenAIHttpBackend("fake", settings)
     await backend.start()
     try:
@@ -68,8 +69,14 @@ async def drain(backend: OpenAIHttpBackend, request: GenerateRequest) -> list[Ch
 
 async def test_lifecycle_and_info(fault_server: FaultServer) -> None:
     settings = OpenAIHttpSettings.model_validate(
-        {"base_url": fault_server.base_url, "model": "m", "engine": "sglang", "vendor": "amd",
-         "accelerator": "mi300x"})
+        {
+            "base_url": fault_server.base_url,
+            "model": "m",
+            "engine": "sglang",
+            "vendor": "amd",
+            "accelerator": "mi300x",
+        }
+    )
     backend = OpenAIHttpBackend("v", settings)
     assert not backend.ready()
     await backend.start()
@@ -77,7 +84,11 @@ async def test_lifecycle_and_info(fault_server: FaultServer) -> None:
     await backend.close()
     assert not backend.ready()
     assert (backend.info.kind, backend.info.engine, backend.info.vendor, backend.info.accelerator) == (
-        "openai_http", "sglang", "amd", "mi300x")
+        "openai_http",
+        "sglang",
+        "amd",
+        "mi300x",
+    )
 
 
 @pytest.mark.parametrize("make", [chat, completion])
@@ -123,8 +134,9 @@ async def test_stream_is_not_buffered(fault_server: FaultServer) -> None:
 
 async def test_passthrough_of_fields_and_headers(fault_server: FaultServer) -> None:
     async with backend_for(fault_server.base_url, api_key="sk-test") as backend:
-        request = chat("echo", max_tokens=50, temperature=0.5, top_p=0.9, top_k=4, seed=7, stop=("\n",),
-                       ignore_eos=True)
+        request = chat(
+            "echo", max_tokens=50, temperature=0.5, top_p=0.9, top_k=4, seed=7, stop=("\n",), ignore_eos=True
+        )
         request.extra.update({"logprobs": True, "guided_json": {"type": "object"}})
         request.request_id = "req-123"
         result = await asyncio.wait_for(backend.complete(request), LIMIT)
@@ -132,7 +144,12 @@ async def test_passthrough_of_fields_and_headers(fault_server: FaultServer) -> N
         body, headers = echoed["body"], echoed["headers"]
         assert body["model"] == "fake-model" and body["messages"] == MESSAGES
         assert (body["max_tokens"], body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (
-            50, 0.5, 0.9, 4, 7)
+            50,
+            0.5,
+            0.9,
+            4,
+            7,
+        )
         assert body["stop"] == ["\n"] and body["logprobs"] is True and body["ignore_eos"] is True
         assert body["guided_json"] == {"type": "object"}
         assert body["stream"] is False
@@ -166,8 +183,9 @@ async def test_upstream_4xx_is_client_error(fault_server: FaultServer, status: i
         body = err.body()["error"]
         assert body["message"] == f"fault injected: status {status}"
         assert body["code"] == str(status)
-        expected_type = {401: "authentication_error", 404: "not_found_error",
-                         429: "rate_limit_error"}.get(status, "invalid_request_error")
+        expected_type = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}.get(
+            status, "invalid_request_error"
+        )
         assert body["type"] == expected_type
         assert err.headers == ({"retry-after": "3"} if status == 429 else {})
 
@@ -203,8 +221,9 @@ async def test_refused_port_is_unavailable(streaming: bool) -> None:
 
 
 async def test_not_started_is_unavailable(fault_server: FaultServer) -> None:
-    backend = OpenAIHttpBackend("x", OpenAIHttpSettings.model_validate(
-        {"base_url": fault_server.base_url, "model": "m"}))
+    backend = OpenAIHttpBackend(
+        "x", OpenAIHttpSettings.model_validate({"base_url": fault_server.base_url, "model": "m"})
+    )
     with pytest.raises(BackendUnavailable):
         await asyncio.wait_for(backend.complete(chat()), LIMIT)
 
@@ -225,10 +244,12 @@ async def test_read_timeout_is_backend_timeout(fault_server: FaultServer) -> Non
         assert fine.text == DEFAULT_REPLY
 
 
-@pytest.mark.parametrize(("fault", "before"), [("cut=3", 3), ("corrupt", 1), ("error_event=2", 2),
-                                               ("cut=0", 0)])
+@pytest.mark.parametrize(
+    ("fault", "before"), [("cut=3", 3), ("corrupt", 1), ("error_event=2", 2), ("cut=0", 0)]
+)
 async def test_mid_stream_failure_raises_from_iterator(
-        fault_server: FaultServer, fault: str, before: int) -> None:
+    fault_server: FaultServer, fault: str, before: int
+) -> None:
     async with backend_for(fault_server.base_url) as backend:
         received: list[Chunk] = []
         with pytest.raises(BackendError) as info:
@@ -277,7 +298,8 @@ async def test_upstream_closing_kept_alive_connections_is_survived() -> None:
 
 
 async def test_pool_exhaustion_is_a_timeout_and_a_broken_stream_frees_its_slot(
-        fault_server: FaultServer) -> None:
+    fault_server: FaultServer,
+) -> None:
     limits = {"max_connections": 1, "timeouts": {"pool": 0.1, "connect": 0.1, "read": 5.0}}
     async with backend_for(fault_server.base_url, **limits) as backend:
         slow = backend.stream(chat("slow_chunks=200"))
@@ -302,7 +324,7 @@ async def test_request_id_cannot_inject_headers(fault_server: FaultServer) -> No
 async def _pieces(raw: bytes, piece: int) -> AsyncIterator[bytes]:
     """The body as the socket might hand it over: cut at awkward places."""
     for i in range(0, len(raw), piece):
-        yield raw[i:i + piece]
+        yield raw[i : i + piece]
 
 
 @pytest.mark.parametrize("piece", [1, 7, 10_000])
@@ -317,8 +339,9 @@ async def test_sse_parser_handles_crlf_comments_multiline_data_and_split_reads(p
         b"data: [DONE]",
     ]
     raw = b"".join(e + b"\r\n\r\n" for e in events)
-    backend = OpenAIHttpBackend("stub", OpenAIHttpSettings.model_validate(
-        {"base_url": "http://127.0.0.1:9/v1", "model": "m"}))
+    backend = OpenAIHttpBackend(
+        "stub", OpenAIHttpSettings.model_validate({"base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    )
     chunks = [c async for c in backend._events(_pieces(raw, piece), chat=True)]
     assert [c.text for c in chunks] == ["Hel", "lo", "!"]
     assert chunks[-1].finish_reason == "length"
@@ -333,8 +356,11 @@ async def test_fault_server_as_a_process_with_a_default_script_and_the_header() 
             assert type(info.value) is BackendError and "503" in info.value.message
             assert (await asyncio.wait_for(backend.complete(chat("ok")), LIMIT)).text == DEFAULT_REPLY
         async with httpx.AsyncClient(base_url=server.url, timeout=LIMIT) as client:
-            reply = await client.post("/v1/chat/completions", json={"model": "x", "messages": MESSAGES},
-                                      headers={"x-fault": "error=404"})
+            reply = await client.post(
+                "/v1/chat/completions",
+                json={"model": "x", "messages": MESSAGES},
+                headers={"x-fault": "error=404"},
+            )
             assert reply.status_code == 404 and reply.json()["error"]["type"] == "not_found_error"
             models = (await client.get("/v1/models")).json()
             assert models["data"][0]["id"] == "fake-model"
