@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -154,11 +155,14 @@ class EmbeddedBackend:
             raise BackendError(f"variant '{self.name}' is not started")
         prompt = self.encode_prompt(request)
         max_new = self._max_new_tokens(request, len(prompt))
+        params = request.params
+        if params.temperature is None:
+            params = replace(params, temperature=self._loaded().default_temperature)
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[Event] = asyncio.Queue()
         seq = Sequence(
             prompt_ids=prompt,
-            params=request.params,
+            params=params,
             max_new_tokens=max_new,
             loop=loop,
             receive=inbox.put_nowait,

@@ -113,6 +113,9 @@ class GenAIModel:
         self.pad_id = int(model_section["pad_token_id"])
         eos = model_section["eos_token_id"]
         self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos])
+        search = genai_config.get("search", {})
+        # The model's own default when a request sets no temperature (as its generation config says).
+        self.default_temperature = float(search.get("temperature", 1.0)) if search.get("do_sample") else 0.0
         config = og.Config(str(folder))
         if intra_op_threads:
             overlay = {"model": {"decoder": {"session_options": {"intra_op_num_threads": intra_op_threads}}}}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deploy.model.artifacts import onnx_dir
 from serving.launcher import gateway_process
 
 
@@ -132,3 +135,32 @@ def test_full_queue_answers_429_with_retry_after(tiny_queue_gateway: str) -> Non
     assert set(statuses) <= {200, 429}
     after = httpx.post(f"{tiny_queue_gateway}/v1/completions", json={**body, "max_tokens": 2})
     assert after.status_code == 200
+
+
+@pytest.fixture(scope="module")
+def sampling_model_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A copy of the shipped fp32 folder whose generation config says to sample by default."""
+    folder = tmp_path_factory.mktemp("model") / "fp32-sampling"
+    shutil.copytree(onnx_dir("fp32"), folder)
+    genai_config = json.loads((folder / "genai_config.json").read_text())
+    genai_config["search"].update(do_sample=True, temperature=1.0, top_k=0)
+    (folder / "genai_config.json").write_text(json.dumps(genai_config))
+    config = folder.parent / "gateway.yaml"
+    config.write_text(
+        f"variants:\n  s: {{kind: embedded, model_dir: {folder}}}\n"
+        "routes:\n  s: {targets: [{variant: s}]}\n"
+    )
+    with gateway_process(config) as gateway:
+        yield gateway.url
+
+
+def test_unset_temperature_follows_the_model_default(sampling_model_gateway: str, gateway_url: str) -> None:
+    def texts(base: str, model: str, **extra: object) -> set[str]:
+        body = {"model": model, "prompt": "the", "max_tokens": 40, "ignore_eos": True, **extra}
+        return {
+            httpx.post(f"{base}/v1/completions", json=body).json()["choices"][0]["text"] for _ in range(3)
+        }
+
+    assert len(texts(gateway_url, "turnout-tiny")) == 1  # the shipped model defaults to greedy
+    assert len(texts(sampling_model_gateway, "s")) > 1  # this copy defaults to sampling
+    assert len(texts(sampling_model_gateway, "s", temperature=0)) == 1  # 0 is always greedy
