@@ -82,12 +82,15 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class BackendInfo:
-    """What metrics labels and reports say about a variant."""
+    """What metrics labels and reports say about a variant, and how the gateway treats it."""
 
     kind: str
     engine: str
     vendor: str = "cpu"
     accelerator: str = "cpu"
+    # Watch for a client hanging up during a non-streamed answer and cancel the work. Worth its
+    # small per-request cost where the compute is ours (an in-process engine).
+    cancel_on_disconnect: bool = False
 
 
 @runtime_checkable

@@ -60,7 +60,13 @@ class EmbeddedBackend:
     def __init__(self, name: str, settings: EmbeddedSettings) -> None:
         self.name = name
         self.settings = settings
-        self.info = BackendInfo(kind="embedded", engine="onnxruntime-genai", vendor="cpu", accelerator="cpu")
+        self.info = BackendInfo(
+            kind="embedded",
+            engine="onnxruntime-genai",
+            vendor="cpu",
+            accelerator="cpu",
+            cancel_on_disconnect=True,
+        )
         self._model: GenAIModel | None = None
         self._batcher: DynamicBatcher[Sequence] | None = None
         self._template: Any = None

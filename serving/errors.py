@@ -65,6 +65,13 @@ class Unauthorized(ClientError):
     default_code = "invalid_api_key"
 
 
+class ClientClosedRequest(ClientError):
+    """The client hung up before the answer was ready (nginx's 499; nobody reads the reply)."""
+
+    status = 499
+    default_code = "client_closed_request"
+
+
 class Overloaded(ClientError):
     """A bounded queue is full: the client should retry after ``retry_after`` seconds."""
 

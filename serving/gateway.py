@@ -9,6 +9,7 @@ first byte gives the client a plain HTTP error, not a broken stream.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Callable
@@ -64,6 +65,9 @@ class Gateway:
             result = await backend.complete(request)
         except TurnoutError as exc:
             self._observe(route, variant, endpoint, str(exc.status), started)
+            raise
+        except asyncio.CancelledError:  # the client hung up and the API layer cancelled the work
+            self._observe(route, variant, endpoint, "499", started)
             raise
         self._observe(route, variant, endpoint, "200", started)
         self._count_tokens(route, variant, result.usage.prompt_tokens, result.usage.completion_tokens)

@@ -8,10 +8,11 @@ path of every request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import orjson
@@ -19,11 +20,11 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from backends.base import Chunk
+from backends.base import Chunk, Completion
 from serving import sse
 from serving.api.errors import error_response
 from serving.api.state import AppState
-from serving.errors import ClientError, NotFound, PayloadTooLarge, TurnoutError
+from serving.errors import ClientClosedRequest, ClientError, NotFound, PayloadTooLarge, TurnoutError
 from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 
 log = logging.getLogger("turnout")
@@ -142,6 +143,26 @@ async def _sse_events(
     yield sse.DONE
 
 
+async def _unless_disconnected(request: Request, work: Awaitable[Completion]) -> Completion:
+    """Run ``work``, cancelling it if the client hangs up first (the body is already read)."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if watcher.done() and not watcher.cancelled():
+            raise ClientClosedRequest("the client closed the connection") from None
+        raise
+    finally:
+        watcher.cancel()
+
+
 async def _serve(request: Request, chat: bool) -> Response:
     state: AppState = request.app.state.turnout
     rid = request.headers.get("x-request-id") or _new_request_id()
@@ -167,7 +188,8 @@ async def _serve(request: Request, chat: bool) -> Response:
             }
             events = _sse_events(chunks, head, chat, wire.include_usage())
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-        result = await state.gateway.complete(route, variant, backend, generate, endpoint)
+        work = state.gateway.complete(route, variant, backend, generate, endpoint)
+        result = await (_unless_disconnected(request, work) if backend.info.cancel_on_disconnect else work)
         render = chat_body if chat else completion_body
         content = render(rid, route, created, result.text, result.finish_reason, result.usage.as_dict())
         return Response(content, media_type="application/json", headers=headers)

@@ -91,6 +91,35 @@ def test_client_disconnect_cancels_generation(gateway_url: str) -> None:
     assert streams * 3 <= generated < 0.6 * streams * 480, f"engine decoded {generated} tokens"
 
 
+async def _ask_and_leave(base: str, body: dict[str, object], requests: int, after: float) -> int:
+    """Send non-streamed requests and hang up on each after ``after`` seconds; count the hang-ups."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30, read=after)) as client:
+        replies = await asyncio.gather(
+            *(client.post(f"{base}/v1/completions", json=body) for _ in range(requests)),
+            return_exceptions=True,
+        )
+    return sum(isinstance(r, httpx.ReadTimeout) for r in replies)
+
+
+def test_client_disconnect_cancels_a_non_streamed_request(gateway_url: str) -> None:
+    variant = "turnout-tiny-int8"
+    before = scrape(gateway_url)
+    body = {"model": variant, "prompt": "the", "max_tokens": 480, "ignore_eos": True}
+    requests = 16
+    assert asyncio.run(_ask_and_leave(gateway_url, body, requests, after=0.1)) == requests
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = scrape(gateway_url)
+        if metric(after, "turnout_requests_total", route=variant, status="499") == requests:
+            break
+        time.sleep(0.05)
+    assert metric(after, "turnout_requests_total", route=variant, status="499") == requests
+    time.sleep(0.3)
+    name = "turnout_engine_generated_tokens_total"
+    generated = metric(scrape(gateway_url), name, variant=variant) - metric(before, name, variant=variant)
+    assert generated < 0.6 * requests * 480, f"engine decoded {generated} tokens"
+
+
 def test_request_metrics_per_route_and_variant(gateway_url: str) -> None:
     body = {"model": "turnout-tiny", "prompt": "12+34=", "max_tokens": 8}
     assert httpx.post(f"{gateway_url}/v1/completions", json=body).status_code == 200
