@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
+from starlette.routing import request_response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.base import Backend
 from backends.registry import build_backend
@@ -37,6 +39,26 @@ def _engine_stats(backends: Mapping[str, Backend]) -> Callable[[], dict[str, dic
     return collect
 
 
+class GatewayApp(FastAPI):
+    """FastAPI, with the two generation endpoints served ahead of its middleware stack.
+
+    Every proxied request pays for each ASGI layer (error, telemetry, body-limit, exception
+    and exit-stack middleware, then the router); the generation handlers catch and render
+    their own errors, so they skip those layers. Everything else goes through FastAPI.
+    """
+
+    hot_routes: dict[str, ASGIApp]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.hot_routes.get(scope["path"])
+            if endpoint is not None:
+                scope["app"] = self
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(config: GatewayConfig | None = None) -> FastAPI:
     config = config or default_config()
     backends: dict[str, Backend] = {
@@ -57,7 +79,11 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
         finally:
             await asyncio.gather(*(backend.close() for backend in backends.values()))
 
-    app = FastAPI(title="Turnout", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = GatewayApp(title="Turnout", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.hot_routes = {
+        "/v1/chat/completions": request_response(openai_routes.chat_completions),
+        "/v1/completions": request_response(openai_routes.completions),
+    }
     app.state.turnout = AppState(
         gateway=gateway,
         metrics=metrics,

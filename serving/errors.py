@@ -42,6 +42,12 @@ class TurnoutError(Exception):
         }
 
 
+class InternalError(TurnoutError):
+    """A bug in the gateway; logged with its traceback, rendered as a plain 500."""
+
+    default_code = "internal_error"
+
+
 class ClientError(TurnoutError):
     """The request is wrong (400 unless a subclass says otherwise)."""
 

@@ -24,7 +24,14 @@ from backends.base import Chunk, Completion
 from serving import sse
 from serving.api.errors import error_response
 from serving.api.state import AppState
-from serving.errors import ClientClosedRequest, ClientError, NotFound, PayloadTooLarge, TurnoutError
+from serving.errors import (
+    ClientClosedRequest,
+    ClientError,
+    InternalError,
+    NotFound,
+    PayloadTooLarge,
+    TurnoutError,
+)
 from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 
 log = logging.getLogger("turnout")
@@ -195,6 +202,9 @@ async def _serve(request: Request, chat: bool) -> Response:
         return Response(content, media_type="application/json", headers=headers)
     except TurnoutError as exc:
         return error_response(exc, headers)
+    except Exception:  # served ahead of FastAPI's error middleware, so render the 500 here
+        log.exception("request %s failed", rid)
+        return error_response(InternalError("internal error"), headers)
 
 
 async def chat_completions(request: Request) -> Response:
