@@ -92,6 +92,18 @@ def test_seeded_sampling_is_reproducible(client: openai.OpenAI) -> None:
     assert sample() == sample()
 
 
+def test_top_k_one_samples_the_greedy_answer(client: openai.OpenAI) -> None:
+    def text(**sampling: object) -> str:
+        reply = client.completions.create(
+            model="turnout-tiny", prompt="anna sees", max_tokens=24, extra_body=sampling
+        )
+        return reply.choices[0].text
+
+    greedy = text(temperature=0)
+    assert text(temperature=1.5, top_k=1) == greedy
+    assert len({text(temperature=1.5, top_p=1.0) for _ in range(3)}) > 1  # it really samples
+
+
 def test_headers(gateway_url: str) -> None:
     body = {"model": "turnout-tiny", "prompt": "12+34=", "max_tokens": 4}
     reply = httpx.post(f"{gateway_url}/v1/completions", json=body, headers={"x-request-id": "abc123"})
