@@ -157,12 +157,20 @@ class OpenAIHttpBackend:
             raise BackendUnavailable(f"backend {self.name} is not started")
         rid = request.request_id
         headers = {"x-request-id": rid} if rid and rid.isprintable() else None
-        try:
-            return await session.post(
-                self._urls[request.kind], data=self._body(request, stream), headers=headers
-            )
-        except _TRANSPORT_ERRORS as exc:
-            raise transport_error(self.name, exc) from exc
+        url, body = self._urls[request.kind], self._body(request, stream)
+        for attempt in (1, 2):
+            try:
+                return await session.post(url, data=body, headers=headers)
+            except aiohttp.ClientConnectorError as exc:  # nothing listens: no retry
+                raise transport_error(self.name, exc) from exc
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # A pooled connection the upstream had just closed: the request never got an
+                # answer byte, so send it once more on a fresh connection (as urllib3 does).
+                if attempt == 2:
+                    raise transport_error(self.name, exc) from exc
+            except _TRANSPORT_ERRORS as exc:
+                raise transport_error(self.name, exc) from exc
+        raise AssertionError("unreachable")
 
     async def _fail(self, resp: aiohttp.ClientResponse) -> TurnoutError:
         """The typed error for a non-2xx answer (its body read whole)."""

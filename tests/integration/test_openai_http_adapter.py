@@ -293,8 +293,9 @@ async def test_upstream_closing_kept_alive_connections_is_survived() -> None:
                 result = await asyncio.wait_for(backend.complete(chat("close")), LIMIT)
                 assert result.text == DEFAULT_REPLY
             stats = server.stats()
-            assert stats["connections"] - 1 == 5
-            assert stats["requests"] == 5  # no request was sent twice
+            # One connection per answer (one more if a request met a connection just closed).
+            assert stats["connections"] - 1 >= 5
+            assert stats["requests"] == 5  # no request was answered twice
 
 
 async def test_pool_exhaustion_is_a_timeout_and_a_broken_stream_frees_its_slot(
