@@ -1,0 +1,31 @@
+"""The benchmarks still run end to end (tiny settings; their figures are not asserted here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_embedded_engine_bench_prints_its_table() -> None:
+    out = run("bench/embedded_engine.py", "--tokens", "8", "--rounds", "1")
+    for precision in ("fp32", "int8", "int4"):
+        assert any(line.startswith(precision) and line.rstrip().endswith("x") for line in out.splitlines())
+    assert "gateway RSS" in out
+
+
+def test_gateway_overhead_bench_prints_its_table() -> None:
+    out = run("bench/gateway_overhead.py", "--quick", "--skip-litellm")
+    assert "added p50 (ms)" in out
+    assert "c=32 throughput (req/s)" in out
+    assert "targets (Turnout)" in out
