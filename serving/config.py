@@ -7,6 +7,7 @@ default config serves the shipped model in its three precisions.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from backends.settings import EmbeddedSettings, VariantSettings
 from serving.errors import ConfigError
-from serving.routing.policy import RouteSpec, WeightedTarget
+from serving.routing.spec import RouteSpec, WeightedTarget, problems
 
 DEFAULT_MODEL = "turnout-tiny"
 
@@ -29,23 +30,81 @@ class ServerSettings(BaseModel):
     log_level: str = "info"
 
 
+def default_store_url() -> str:
+    """``$TURNOUT_STORE_URL``, else a SQLite file in the user's state directory."""
+    configured = os.environ.get("TURNOUT_STORE_URL")
+    if configured:
+        return configured
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return f"sqlite:///{state / 'turnout' / 'turnout.db'}"
+
+
+class StoreSettings(BaseModel):
+    """Where route versions, the audit log and keys live (any SQLAlchemy URL)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(default_factory=default_store_url)
+    # How often each gateway process looks for changes written by others.
+    poll_interval_s: Annotated[float, Field(gt=0, le=10)] = 0.25
+
+
+class AuthSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Serve clients without a known API key (unknown keys count as anonymous).
+    anonymous_clients: bool = True
+    # An environment variable whose value, when set, is accepted as an admin token.
+    admin_token_env: str = "TURNOUT_ADMIN_TOKEN"
+
+
+class ShadowSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Shadow calls running at once; more are dropped (and counted), never queued behind clients.
+    max_in_flight: Annotated[int, Field(ge=1)] = 32
+    # Recent differing primary/shadow pairs kept per route for the admin API.
+    recent_differences: Annotated[int, Field(ge=0)] = 50
+
+
+class BreakerConfig(BaseModel):
+    """Per-variant circuit breaker: open on consecutive failures or a high error rate."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    consecutive_failures: Annotated[int, Field(ge=1)] = 5
+    error_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
+    window: Annotated[int, Field(ge=1)] = 20
+    min_requests: Annotated[int, Field(ge=1)] = 10
+    cooldown_s: Annotated[float, Field(gt=0)] = 10.0
+    half_open_probes: Annotated[int, Field(ge=1)] = 1
+
+
+class CanarySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # How often the canary controller judges running canaries.
+    tick_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+
+
 class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     server: ServerSettings = ServerSettings()
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    auth: AuthSettings = AuthSettings()
+    shadow: ShadowSettings = ShadowSettings()
+    breaker: BreakerConfig = BreakerConfig()
+    canary: CanarySettings = CanarySettings()
     variants: Annotated[dict[str, VariantSettings], Field(min_length=1)]
     routes: Annotated[dict[str, RouteSpec], Field(min_length=1)]
 
     @model_validator(mode="after")
     def _routes_name_known_variants(self) -> GatewayConfig:
         for route, spec in self.routes.items():
-            for index, target in enumerate(spec.targets):
-                if target.variant not in self.variants:
-                    known = ", ".join(sorted(self.variants))
-                    raise ValueError(
-                        f"routes.{route}.targets.{index}.variant: unknown variant "
-                        f"'{target.variant}' (known: {known})"
-                    )
+            found = problems(spec, frozenset(self.variants))
+            if found:
+                raise ValueError(f"routes.{route}.{found[0]}")
         return self
 
 

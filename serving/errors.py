@@ -111,3 +111,31 @@ class BackendTimeout(BackendError):
 
 class ConfigError(Exception):
     """Invalid gateway configuration; raised at start-up, never while serving."""
+
+
+class Forbidden(ClientError):
+    """Authenticated, but the key or token's role may not do this."""
+
+    status = 403
+    error_type = "permission_error"
+    default_code = "insufficient_role"
+
+
+class Conflict(ClientError):
+    """A write based on a stale version (``If-Match`` no longer matches the current one)."""
+
+    status = 409
+    default_code = "version_conflict"
+
+
+class Unprocessable(ClientError):
+    """A well-formed body that describes something invalid (e.g. a route naming an unknown variant)."""
+
+    status = 422
+    default_code = "invalid_spec"
+
+
+class RateLimited(Overloaded):
+    """A key spent its requests or tokens per minute."""
+
+    default_code = "rate_limit_exceeded"

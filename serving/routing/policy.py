@@ -11,31 +11,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from serving.routing.spec import RouteSpec, WeightedTarget
 
-
-class WeightedTarget(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    variant: str
-    weight: Annotated[float, Field(gt=0)] = 1.0
-
-
-class RouteSpec(BaseModel):
-    """What serves one public model name (weighted primaries; shadows and fallbacks come next)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    targets: Annotated[list[WeightedTarget], Field(min_length=1)]
-
-    @model_validator(mode="after")
-    def _unique_variants(self) -> RouteSpec:
-        names = [t.variant for t in self.targets]
-        if len(set(names)) != len(names):
-            raise ValueError(f"a variant appears twice in targets: {names}")
-        return self
+__all__ = ["Decision", "RouteSpec", "WeightedTarget", "decide", "pick_weighted", "sticky_unit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +39,25 @@ def pick_weighted(targets: list[WeightedTarget], point: float) -> str:
         running += target.weight
         if threshold < running:
             return target.variant
-    return targets[-1].variant
+    return next(t.variant for t in reversed(targets) if t.weight > 0)
 
 
-def decide(route: str, spec: RouteSpec, key: str | None, random_point: float) -> Decision:
-    """Choose the primary variant; ``random_point`` ∈ [0, 1) is used only when there is no key."""
-    if len(spec.targets) == 1:
-        return Decision(primary=spec.targets[0].variant)
-    point = sticky_unit(route, key) if key else random_point
-    return Decision(primary=pick_weighted(spec.targets, point))
+def decide(
+    route: str, spec: RouteSpec, key: str | None, random_point: float, shadow_point: float = 1.0
+) -> Decision:
+    """Choose the primary, the fallbacks to try after it, and the sampled shadows.
+
+    ``random_point`` ∈ [0, 1) places a request that has no key; ``shadow_point`` ∈ [0, 1)
+    samples shadows (a shadow with rate r gets the request when ``shadow_point < r``).
+    """
+    primaries = spec.primaries()
+    if len(primaries) == 1:
+        primary = primaries[0].variant
+    else:
+        point = sticky_unit(route, key) if key else random_point
+        primary = pick_weighted(primaries, point)
+    fallbacks = tuple(v for v in spec.fallbacks if v != primary)
+    if not spec.shadows:
+        return Decision(primary, fallbacks)
+    shadows = tuple(s.variant for s in spec.shadows if shadow_point < s.sample_rate and s.variant != primary)
+    return Decision(primary, fallbacks, shadows)

@@ -1,0 +1,186 @@
+"""The canary judge: hold, promote or roll back a canary from the observations of the current step.
+
+Sits beside the request path, not on it: requests are observed after they finish, and the
+gateway's canary controller calls :func:`judge` every tick with the canary's and the stable
+variant's :class:`WindowStats` since the current step began. When the verdict is promote or
+rollback, :func:`apply` gives the next :class:`~serving.routing.spec.RouteSpec`, which the
+controller writes as a new route version (the verdict's reason goes to the audit log), and
+``serving.routing.policy`` routes by it from then on. Nothing here reads the clock: elapsed time
+and sample times are passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from serving.routing.spec import CanaryPlan, RouteSpec, SloGate, WeightedTarget
+
+__all__ = ["Sample", "Verdict", "WindowStats", "apply", "judge", "summarize"]
+
+# A relative gate needs the stable variant to have at least min(this, plan.min_requests) values.
+STABLE_MIN_VALUES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    at: float  # unix seconds
+    ok: bool  # False for 5xx / timeouts / upstream failures (the caller decides)
+    latency_s: float
+    ttft_s: float | None  # only streamed requests have one
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    count: int
+    errors: int
+    error_rate: float  # errors / count; 0.0 when count is 0
+    p95_ttft_ms: float | None  # None when no sample has a TTFT
+    p95_latency_ms: float | None  # None when there are no samples
+    ttft_count: int = 0  # how many samples have a TTFT (the streamed ones)
+
+
+def _p95(values: Sequence[float]) -> float | None:
+    """95th percentile by nearest rank: the smallest value with at least 95% of values at or below it."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[math.ceil(0.95 * len(ordered)) - 1]
+
+
+def summarize(samples: Iterable[Sample]) -> WindowStats:
+    """Count, errors and nearest-rank p95s (in milliseconds) of ``samples``."""
+    items = list(samples)
+    errors = sum(1 for s in items if not s.ok)
+    ttfts = [s.ttft_s * 1000.0 for s in items if s.ttft_s is not None]
+    return WindowStats(
+        count=len(items),
+        errors=errors,
+        error_rate=errors / len(items) if items else 0.0,
+        p95_ttft_ms=_p95(ttfts),
+        p95_latency_ms=_p95([s.latency_s * 1000.0 for s in items]),
+        ttft_count=len(ttfts),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    action: Literal["hold", "promote", "rollback"]
+    reason: str
+
+
+_LABELS = {"error_rate": "error rate", "p95_ttft_ms": "p95 TTFT", "p95_latency_ms": "p95 latency"}
+
+
+def _fmt(metric: str, value: float) -> str:
+    return f"{value:.1%}" if metric == "error_rate" else f"{value:.0f} ms"
+
+
+def _values_behind(metric: str, stats: WindowStats) -> int:
+    """How many samples the metric's value in ``stats`` is computed from."""
+    return stats.ttft_count if metric == "p95_ttft_ms" else stats.count
+
+
+def _broken(gate: SloGate, plan: CanaryPlan, canary: WindowStats, stable: WindowStats) -> str | None:
+    """Why ``gate`` is broken, or None when it holds (or cannot be evaluated yet)."""
+    value: float | None = getattr(canary, gate.metric)
+    if value is None:
+        return None
+    label, over = _LABELS[gate.metric], f"over {canary.count} requests"
+    if gate.max is not None and value > gate.max:
+        return f"{label} {_fmt(gate.metric, value)} > {_fmt(gate.metric, gate.max)} {over}"
+    ratio = gate.max_ratio_to_stable
+    base: float | None = getattr(stable, gate.metric)
+    if ratio is None or base is None:
+        return None
+    if _values_behind(gate.metric, stable) < min(STABLE_MIN_VALUES, plan.min_requests):
+        return None
+    shown = _fmt(gate.metric, base)
+    if gate.metric == "error_rate" and base < 1 / stable.count:
+        # No errors seen on stable yet: count it as one error in its window, not as a perfect 0%.
+        base = 1 / stable.count
+        shown += f" (taken as 1/{stable.count})"
+    if value > ratio * base:
+        return f"{label} {_fmt(gate.metric, value)} > {ratio:g}× stable's {shown} {over}"
+    return None
+
+
+def judge(plan: CanaryPlan, elapsed_s: float, canary: WindowStats, stable: WindowStats) -> Verdict:
+    """Decide what to do with the canary, from the stats gathered since the current step began.
+
+    Rules, in order:
+
+    1. Fewer than ``plan.min_requests`` canary requests: hold (gates are not evaluated yet);
+       the reason says what it waits for, e.g. ``"waiting: 12/100 requests, 3/60 s"``.
+    2. Each gate, in plan order: a broken one means rollback, e.g.
+       ``"p95 TTFT 840 ms > 500 ms over 212 requests"`` or
+       ``"p95 latency 310 ms > 1.5× stable's 120 ms over 130 requests"``.
+
+       - A gate whose canary value is None (no streamed request → no TTFT) is not evaluated.
+       - The absolute bound ``max`` is checked first; the value must not exceed it.
+       - The relative bound ``max_ratio_to_stable`` needs the stable variant to have at least
+         ``min(10, plan.min_requests)`` values for the metric (requests; streamed requests
+         for TTFT); otherwise it is skipped. The canary may be at most ratio × stable's value.
+       - For the error rate, a stable rate below one error in its window (i.e. 0%) is taken
+         as ``1 / stable.count``: zero errors in n requests is no evidence of a rate below 1/n,
+         and a bound of ratio × 0 would roll back on the first canary error.
+    3. Every gate holds and ``elapsed_s >= plan.min_duration_s``: promote, e.g.
+       ``"step 2/4 (25%) held: 212 requests over 61 s, error rate 0.0%, p95 TTFT 120 ms,
+       p95 latency 300 ms"`` (a metric with no value is left out).
+    4. Otherwise hold until the step has lasted long enough.
+    """
+    waiting = (
+        f"waiting: {canary.count}/{plan.min_requests} requests, {elapsed_s:.0f}/{plan.min_duration_s:.0f} s"
+    )
+    if canary.count < plan.min_requests:
+        return Verdict("hold", waiting)
+    for gate in plan.gates:
+        why = _broken(gate, plan, canary, stable)
+        if why is not None:
+            return Verdict("rollback", why)
+    if elapsed_s < plan.min_duration_s:
+        return Verdict("hold", waiting)
+    metrics = [f"error rate {canary.error_rate:.1%}"]
+    if canary.p95_ttft_ms is not None:
+        metrics.append(f"p95 TTFT {canary.p95_ttft_ms:.0f} ms")
+    if canary.p95_latency_ms is not None:
+        metrics.append(f"p95 latency {canary.p95_latency_ms:.0f} ms")
+    return Verdict(
+        "promote",
+        f"step {plan.step + 1}/{len(plan.steps)} ({plan.percent:g}%) held: {canary.count} requests "
+        f"over {elapsed_s:.0f} s, " + ", ".join(metrics),
+    )
+
+
+def apply(spec: RouteSpec, verdict: Verdict) -> tuple[RouteSpec, str] | None:
+    """The route spec after ``verdict`` and the audit action, or None for hold.
+
+    promote → the next step (``"canary-promote"``), or after the last step the canary as the
+    only target with the plan removed (``"canary-complete"``); rollback → the stable variant as
+    the only target with the plan removed (``"canary-rollback"``). Stickiness, shadows,
+    fallbacks and retries are kept, except a shadow or fallback equal to the new sole target.
+    """
+    if verdict.action == "hold":
+        return None
+    plan = spec.canary
+    if plan is None:
+        raise ValueError(f"cannot {verdict.action}: the route has no canary plan")
+    update: dict[str, Any]
+    if verdict.action == "promote" and plan.step + 1 < len(plan.steps):
+        action = "canary-promote"
+        update = {"canary": plan.model_copy(update={"step": plan.step + 1})}
+    else:
+        promoted = verdict.action == "promote"
+        action = "canary-complete" if promoted else "canary-rollback"
+        sole = plan.canary if promoted else plan.stable
+        update = {
+            "targets": [WeightedTarget(variant=sole)],
+            "canary": None,
+            "shadows": [s for s in spec.shadows if s.variant != sole],
+            "fallbacks": [f for f in spec.fallbacks if f != sole],
+        }
+    # Re-validate the whole spec: model_copy alone would skip the RouteSpec rules.
+    new_spec = RouteSpec.model_validate(spec.model_copy(update=update).model_dump())
+    return new_spec, action

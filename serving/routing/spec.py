@@ -1,0 +1,162 @@
+"""The route spec: what serves one public model name, as an immutable, validated value.
+
+Stored as JSON in every route version (``serving.store``), read by the pure decision in
+``serving.routing.policy``, edited through the admin API and the ``turnout routes`` CLI.
+Shape rules (weights, duplicates, canary steps) are checked by the models themselves;
+rules that need the set of configured variants are checked by :func:`problems`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Percent = Annotated[float, Field(gt=0, le=100)]
+
+
+class WeightedTarget(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    variant: str
+    # 0 keeps a variant in the route (and its keys' assignment stable) while it takes no traffic.
+    weight: Annotated[float, Field(ge=0)] = 1.0
+
+
+class ShadowTarget(BaseModel):
+    """A variant that gets a sampled copy of the route's traffic; its answers are only compared."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    variant: str
+    sample_rate: Annotated[float, Field(ge=0, le=1)] = 1.0
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+
+
+GateMetric = Literal["error_rate", "p95_ttft_ms", "p95_latency_ms"]
+
+
+class SloGate(BaseModel):
+    """One service-level bound the canary must hold: absolute, relative to stable, or both."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: GateMetric
+    # Absolute bound: error_rate as a fraction (0.05 = 5%), the others in milliseconds.
+    max: Annotated[float, Field(ge=0)] | None = None
+    # Relative bound: the canary's value may be at most this many times the stable variant's.
+    max_ratio_to_stable: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _has_a_bound(self) -> SloGate:
+        if self.max is None and self.max_ratio_to_stable is None:
+            raise ValueError(f"gate on {self.metric} needs max or max_ratio_to_stable")
+        return self
+
+
+class CanaryPlan(BaseModel):
+    """Move traffic from ``stable`` to ``canary`` step by step while every gate holds.
+
+    ``step`` is the index into ``steps`` in force; it is state, advanced by the canary
+    controller writing a new route version, so every promotion is versioned and audited.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stable: str
+    canary: str
+    steps: Annotated[list[Percent], Field(min_length=1)] = [5.0, 25.0, 50.0, 100.0]
+    min_requests: Annotated[int, Field(ge=1)] = 100
+    min_duration_s: Annotated[float, Field(ge=0)] = 60.0
+    gates: Annotated[list[SloGate], Field(min_length=1)]
+    step: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> CanaryPlan:
+        if self.stable == self.canary:
+            raise ValueError("canary.canary must differ from canary.stable")
+        if any(b <= a for a, b in zip(self.steps, self.steps[1:], strict=False)):
+            raise ValueError(f"canary.steps must increase strictly: {self.steps}")
+        if self.step >= len(self.steps):
+            raise ValueError(f"canary.step {self.step} is past the last step (there are {len(self.steps)})")
+        return self
+
+    @property
+    def percent(self) -> float:
+        return self.steps[self.step]
+
+
+StickySource = Literal["auto", "header", "user", "none"]
+
+
+class RouteSpec(BaseModel):
+    """Weighted primaries, stickiness, shadows, ordered fallbacks, retries and an optional canary."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    targets: Annotated[list[WeightedTarget], Field(min_length=1)]
+    # Where the stickiness key comes from: "auto" = the x-turnout-key header, else the OpenAI
+    # ``user`` field; "none" = a fresh random draw per request.
+    sticky: StickySource = "auto"
+    shadows: list[ShadowTarget] = []
+    fallbacks: list[str] = []
+    # Extra attempts on the chosen variant before moving down the fallbacks (before the first byte).
+    retries: Annotated[int, Field(ge=0, le=5)] = 0
+    canary: CanaryPlan | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RouteSpec:
+        names = [t.variant for t in self.targets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a variant appears twice in targets: {names}")
+        if sum(t.weight for t in self.targets) <= 0:
+            raise ValueError("target weights must sum to a positive number")
+        shadow_names = [s.variant for s in self.shadows]
+        if len(set(shadow_names)) != len(shadow_names):
+            raise ValueError(f"a variant appears twice in shadows: {shadow_names}")
+        for shadow in shadow_names:
+            if shadow in names:
+                raise ValueError(f"shadow '{shadow}' is also a primary target; a shadow must differ")
+        if len(set(self.fallbacks)) != len(self.fallbacks):
+            raise ValueError(f"a variant appears twice in fallbacks: {self.fallbacks}")
+        if self.canary is not None:
+            if self.canary.stable not in names:
+                raise ValueError(f"canary.stable '{self.canary.stable}' must be one of the targets {names}")
+            if self.canary.canary in shadow_names:
+                raise ValueError(f"canary '{self.canary.canary}' is also a shadow")
+        return self
+
+    def primaries(self) -> list[WeightedTarget]:
+        """The weighted targets in force: the canary plan's split while one runs."""
+        if self.canary is None:
+            return self.targets
+        share = self.canary.percent
+        return [
+            WeightedTarget(variant=self.canary.stable, weight=100.0 - share),
+            WeightedTarget(variant=self.canary.canary, weight=share),
+        ]
+
+    def variants(self) -> set[str]:
+        """Every variant the route may send traffic to (primaries, shadows, fallbacks, canary)."""
+        found = {t.variant for t in self.targets} | {s.variant for s in self.shadows} | set(self.fallbacks)
+        if self.canary is not None:
+            found |= {self.canary.stable, self.canary.canary}
+        return found
+
+
+def problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list[str]:
+    """What is wrong with ``spec`` given the configured variants (empty when it can serve)."""
+    found: list[str] = []
+    known = ", ".join(sorted(known_variants))
+    for index, target in enumerate(spec.targets):
+        if target.variant not in known_variants:
+            found.append(f"targets.{index}.variant: unknown variant '{target.variant}' (known: {known})")
+    for index, shadow in enumerate(spec.shadows):
+        if shadow.variant not in known_variants:
+            found.append(f"shadows.{index}.variant: unknown variant '{shadow.variant}' (known: {known})")
+    for index, fallback in enumerate(spec.fallbacks):
+        if fallback not in known_variants:
+            found.append(f"fallbacks.{index}: unknown variant '{fallback}' (known: {known})")
+    if spec.canary is not None and spec.canary.canary not in known_variants:
+        found.append(f"canary.canary: unknown variant '{spec.canary.canary}' (known: {known})")
+    return found
