@@ -1,0 +1,276 @@
+"""The route store: versioned route specs, the audit log and API keys, in one SQL database.
+
+Off the request path, beside it: the gateway's poller reads :meth:`RouteStore.change_marker` and, when
+it moves, :meth:`RouteStore.current`, then swaps the route table that ``serving.routing`` decides from;
+the admin API, the canary controller and the ``turnout keys`` CLI write here. Every write is a new
+immutable row plus an audit row in the same transaction. Synchronous (SQLAlchemy Core); async callers
+wrap it in ``asyncio.to_thread``. SQLite file by default, any SQLAlchemy URL (e.g. PostgreSQL) works.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from serving.errors import ClientError, Conflict
+from serving.routing.spec import RouteSpec
+from serving.store import audit_log, keys, versions
+from serving.store.engine import WRITE_OPTION, is_in_memory_sqlite, open_engine
+from serving.store.records import ApiKeyRecord, AuditEntry, RouteVersion
+from serving.store.tables import metadata
+
+# A write with no If-Match that loses a race to another writer (PostgreSQL: both read version N and both
+# insert N+1) re-reads and tries again, after a short random pause, up to this many times in all.
+_UNCONDITIONAL_ATTEMPTS = 20
+_RETRY_PAUSE_S = 0.01
+
+# Builds the new version's spec and reason from the route's current version (None: no version yet).
+_NextSpec = Callable[[Connection, RouteVersion | None], tuple[RouteSpec, str]]
+
+
+class RouteStore:
+    """Route versions + audit log + API keys behind one SQLAlchemy engine (thread-safe)."""
+
+    def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._engine = open_engine(url)
+        # In-memory SQLite is one shared connection: threads take turns so transactions never interleave.
+        self._turn: AbstractContextManager[Any] = (
+            threading.RLock() if is_in_memory_sqlite(url) else nullcontext()
+        )
+        self._create_tables()
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    # ---- route versions ----------------------------------------------------------------------
+
+    def seed(self, routes: Mapping[str, RouteSpec], *, author: str = "config") -> list[RouteVersion]:
+        """Write version 1 of every route that has no version yet; leave the others alone."""
+        written: list[RouteVersion] = []
+        for route, spec in routes.items():
+            first = RouteVersion(route, 1, spec, author, self._clock(), "seeded from config", "seed")
+            try:
+                with self._writing() as conn:
+                    if versions.latest(conn, route) is not None:
+                        continue
+                    versions.insert_with_audit(conn, first)
+            except IntegrityError:
+                continue  # another process seeded it between our read and our insert
+            written.append(first)
+        return written
+
+    def current(self) -> dict[str, RouteVersion]:
+        """The latest version of every route, in one query."""
+        with self._reading() as conn:
+            return versions.latest_of_every_route(conn)
+
+    def get(self, route: str) -> RouteVersion:
+        with self._reading() as conn:
+            found = versions.latest(conn, route)
+        if found is None:
+            raise versions.no_route(route)
+        return found
+
+    def get_version(self, route: str, version: int) -> RouteVersion:
+        with self._reading() as conn:
+            return versions.one(conn, route, version)
+
+    def history(self, route: str) -> list[RouteVersion]:
+        """Every version of ``route``, oldest first."""
+        with self._reading() as conn:
+            found = versions.all_of(conn, route)
+        if not found:
+            raise versions.no_route(route)
+        return found
+
+    def put(
+        self,
+        route: str,
+        spec: RouteSpec,
+        *,
+        expected_version: int | None,
+        author: str,
+        reason: str,
+        action: str = "set",
+    ) -> RouteVersion:
+        """Add the next version of ``route``; ``expected_version`` (If-Match) 0 means "must be new"."""
+
+        def given(_conn: Connection, _latest: RouteVersion | None) -> tuple[RouteSpec, str]:
+            return spec, reason
+
+        return self._append(
+            route, expected_version=expected_version, author=author, action=action, next_spec=given
+        )
+
+    def rollback(
+        self,
+        route: str,
+        *,
+        to_version: int | None,
+        expected_version: int | None,
+        author: str,
+        reason: str | None = None,
+    ) -> RouteVersion:
+        """Add a new version equal to an older one (default: the one before the current)."""
+
+        def older(conn: Connection, latest: RouteVersion | None) -> tuple[RouteSpec, str]:
+            if latest is None:
+                raise versions.no_route(route)
+            if to_version is None and latest.version == 1:
+                raise ClientError(
+                    f"route '{route}' is at version 1: there is no earlier version to roll back to",
+                    code="no_earlier_version",
+                )
+            if to_version == latest.version:
+                raise ClientError(
+                    f"route '{route}' is already at version {to_version}: roll back to an earlier one",
+                    code="no_earlier_version",
+                )
+            target = latest.version - 1 if to_version is None else to_version
+            return versions.one(conn, route, target).spec, reason or f"rollback to v{target}"
+
+        return self._append(
+            route, expected_version=expected_version, author=author, action="rollback", next_spec=older
+        )
+
+    # ---- audit log ---------------------------------------------------------------------------
+
+    def audit(self, *, limit: int = 100, route: str | None = None) -> list[AuditEntry]:
+        """Newest first."""
+        with self._reading() as conn:
+            return audit_log.entries(conn, limit=limit, route=route)
+
+    def record(
+        self,
+        *,
+        actor: str,
+        action: str,
+        route: str | None = None,
+        version: int | None = None,
+        detail: str = "",
+    ) -> None:
+        with self._writing() as conn:
+            audit_log.append(
+                conn,
+                at=self._clock(),
+                actor=actor,
+                action=action,
+                route=route,
+                version=version,
+                detail=detail,
+            )
+
+    def change_marker(self) -> int:
+        """max(audit.id), 0 when empty: poll it to learn that anything at all changed."""
+        with self._reading() as conn:
+            return audit_log.change_marker(conn)
+
+    # ---- API keys ----------------------------------------------------------------------------
+
+    def add_key(
+        self,
+        *,
+        name: str,
+        role: str,
+        key_hash: str,
+        prefix: str,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        actor: str,
+    ) -> ApiKeyRecord:
+        at = self._clock()
+        try:
+            with self._writing() as conn:
+                return keys.add(
+                    conn,
+                    at=at,
+                    name=name,
+                    role=role,
+                    key_hash=key_hash,
+                    prefix=prefix,
+                    rpm=rpm,
+                    tpm=tpm,
+                    actor=actor,
+                )
+        except IntegrityError:
+            if any(key.name == name for key in self.keys()):
+                raise keys.key_name_taken(name) from None
+            raise Conflict("an API key with that hash already exists", code="key_exists") from None
+
+    def keys(self, *, include_revoked: bool = False) -> list[ApiKeyRecord]:
+        with self._reading() as conn:
+            return keys.listed(conn, include_revoked=include_revoked)
+
+    def revoke_key(self, name: str, *, actor: str) -> ApiKeyRecord:
+        with self._writing() as conn:
+            return keys.revoke(conn, name, at=self._clock(), actor=actor)
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _append(
+        self, route: str, *, expected_version: int | None, author: str, action: str, next_spec: _NextSpec
+    ) -> RouteVersion:
+        """Check If-Match, then insert the next version and its audit row, all in one transaction."""
+        attempts = 1 if expected_version is not None else _UNCONDITIONAL_ATTEMPTS
+        for _ in range(attempts):
+            try:
+                with self._writing() as conn:
+                    latest = versions.latest(conn, route)
+                    at_version = 0 if latest is None else latest.version
+                    if expected_version is not None and expected_version != at_version:
+                        raise _stale(route, at_version, expected_version)
+                    spec, reason = next_spec(conn, latest)
+                    written = RouteVersion(route, at_version + 1, spec, author, self._clock(), reason, action)
+                    versions.insert_with_audit(conn, written)
+                    return written
+            except IntegrityError:
+                # Another writer took that version number first (PostgreSQL; SQLite writers take turns).
+                if expected_version is not None:
+                    break
+                time.sleep(random.random() * _RETRY_PAUSE_S)
+        now = self.get(route).version
+        if expected_version is not None:
+            raise _stale(route, now, expected_version)
+        raise Conflict(
+            f"route '{route}' kept changing during this write (now version {now}); re-read and retry"
+        )
+
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        with self._turn, self._engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """One write transaction (SQLite: BEGIN IMMEDIATE), committed on success, rolled back on error."""
+        with self._turn, self._engine.connect() as conn:
+            conn.execution_options(**{WRITE_OPTION: True})
+            with conn.begin():
+                yield conn
+
+    def _create_tables(self) -> None:
+        try:
+            with self._writing() as conn:
+                metadata.create_all(conn)
+        except DBAPIError:
+            # Two processes creating the schema at once (PostgreSQL): the other one won; check again.
+            with self._writing() as conn:
+                metadata.create_all(conn)
+
+
+def _stale(route: str, at_version: int, expected: int) -> Conflict:
+    if expected == 0:
+        state = f"route '{route}' is at version {at_version}, not 0 (0 means it must not exist yet)"
+    elif at_version == 0:
+        state = f"route '{route}' is at version 0 (it does not exist yet), not {expected}"
+    else:
+        state = f"route '{route}' is at version {at_version}, not {expected}"
+    return Conflict(f"{state}: someone else changed it; re-read and retry")

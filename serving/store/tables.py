@@ -1,0 +1,78 @@
+"""The route store's schema: route versions, the audit log and API keys, as SQLAlchemy Core tables.
+
+Off the request path: the gateway's poller reads these tables (through :class:`serving.store.RouteStore`)
+and swaps the route table it serves from; the admin API, the canary controller and the ``turnout keys``
+CLI write them. Only portable types and constraints are used, so the same schema is created on SQLite
+(the default) and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+# One immutable row per change of a route; the highest version of a route is the one in force.
+route_versions = Table(
+    "route_versions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("route", String(255), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("spec", Text, nullable=False),  # RouteSpec.model_dump_json()
+    Column("author", String(255), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("action", String(64), nullable=False),
+    # Two writers that read the same current version cannot both add the next one.
+    UniqueConstraint("route", "version", name="uq_route_versions_route_version"),
+)
+
+# Every write adds a row here, so max(id) is a cheap "something changed" marker for pollers.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Double, nullable=False),
+    Column("actor", String(255), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("route", String(255), nullable=True),
+    Column("version", Integer, nullable=True),
+    Column("detail", Text, nullable=False),
+    Index("ix_audit_route", "route"),
+)
+
+# Only the sha256 of a key is stored; ``prefix`` is its first characters, for people to recognise it.
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(255), nullable=False),
+    Column("role", String(32), nullable=False),
+    Column("key_hash", String(128), nullable=False, unique=True),
+    Column("prefix", String(64), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("revoked_at", Double, nullable=True),
+    Column("rpm", Integer, nullable=True),
+    Column("tpm", Integer, nullable=True),
+)
+
+# A name is unique among the keys in force (a revoked key's name may be reused). Partial unique
+# indexes exist on both SQLite and PostgreSQL; each dialect gets its own WHERE clause.
+Index(
+    "uq_api_keys_active_name",
+    api_keys.c.name,
+    unique=True,
+    sqlite_where=api_keys.c.revoked_at.is_(None),
+    postgresql_where=api_keys.c.revoked_at.is_(None),
+)
