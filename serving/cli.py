@@ -1,4 +1,5 @@
-"""The ``turnout`` command: ``serve`` runs the gateway, ``model build`` re-creates the shipped model.
+"""The ``turnout`` command: ``serve`` runs the gateway, ``model build`` re-creates the shipped model,
+``routes`` changes a running gateway's routes (admin API), ``keys`` manages API keys (store).
 
 ``turnout serve`` with no arguments serves the project's own model (fp32, int8, int4)
 on 127.0.0.1:8000 with the embedded CPU engine; ``--config gateway.yaml`` declares
@@ -11,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from serving import cli_keys, cli_routes
 from serving.errors import ConfigError
 
 
@@ -71,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_commands.add_parser(
         "build", help="train and export the model (needs turnout[model])", add_help=False
     )
+    cli_routes.register(commands)
+    cli_keys.register(commands)
     return parser
 
 
@@ -81,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "routes":
+        return cli_routes.run(args)
+    if args.command == "keys":
+        return cli_keys.run(args)
     return 2
 
 

@@ -1,0 +1,151 @@
+"""API keys and admin tokens: who is calling, and may they do this.
+
+Sits at the API edge, first thing after a request is parsed: the client API
+(``/v1/*``) turns its ``Authorization`` header into a :class:`Principal` with
+:func:`authorize_client` (then ``serving.ratelimit`` applies the key's limits); the
+admin API (``/admin/*``) does the same with :func:`authorize_admin` and a needed role.
+Keys are stored only as SHA-256 hashes (``serving.store``); :class:`KeyRing` is the
+in-memory index the gateway rebuilds when the stored keys change. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, cast, get_args
+
+from serving.errors import Forbidden, Unauthorized
+
+Role = Literal["client", "viewer", "operator", "admin"]
+ROLES: tuple[Role, ...] = get_args(Role)
+
+# Rank for the admin API: viewer < operator < admin. "client" keys may use only the client API.
+_ADMIN_RANK: dict[str, int] = {"client": 0, "viewer": 1, "operator": 2, "admin": 3}
+
+CLIENT_KEY_PREFIX = "sk-turnout-"
+ADMIN_TOKEN_PREFIX = "tadm-"
+PREFIX_CHARS = 14
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller: a key's name and role, and its per-minute limits (None = unlimited)."""
+
+    name: str
+    role: Role
+    rpm: int | None = None
+    tpm: int | None = None
+
+
+ANONYMOUS = Principal(name="anonymous", role="client")
+
+
+class KeyLike(Protocol):
+    """What :class:`KeyRing` reads from a stored key (``serving.store.ApiKeyRecord`` has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def key_hash(self) -> str: ...
+    @property
+    def revoked_at(self) -> Any: ...
+    @property
+    def rpm(self) -> int | None: ...
+    @property
+    def tpm(self) -> int | None: ...
+
+
+def new_key(role: Role) -> str:
+    """A fresh secret: ``sk-turnout-…`` for client keys, ``tadm-…`` for admin-API roles."""
+    prefix = CLIENT_KEY_PREFIX if role == "client" else ADMIN_TOKEN_PREFIX
+    return prefix + secrets.token_urlsafe(32)
+
+
+def hash_key(key: str) -> str:
+    """The SHA-256 hex digest stored in place of the key."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def key_prefix(key: str) -> str:
+    """The first characters of a key, safe to display so people can tell keys apart."""
+    return key[:PREFIX_CHARS]
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """``"Bearer X"`` (scheme in any case) → ``"X"``; anything else → None."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def is_role(value: str) -> bool:
+    return value in _ADMIN_RANK
+
+
+class KeyRing:
+    """In-memory index of active keys (rebuilt by the gateway when the store changes)."""
+
+    def __init__(self, records: Iterable[KeyLike], *, bootstrap_admin_token: str | None = None) -> None:
+        # hash → (the stored hash, its principal): the lookup ends with a constant-time compare.
+        self._by_hash: dict[str, tuple[str, Principal]] = {}
+        for record in records:
+            if record.revoked_at is not None or not is_role(record.role):
+                continue
+            role = cast(Role, record.role)
+            principal = Principal(record.name, role, record.rpm, record.tpm)
+            self._by_hash[record.key_hash] = (record.key_hash, principal)
+        if bootstrap_admin_token:
+            digest = hash_key(bootstrap_admin_token)
+            self._by_hash[digest] = (digest, Principal("env-admin", "admin"))
+
+    def __len__(self) -> int:
+        return len(self._by_hash)
+
+    def lookup(self, key: str | None) -> Principal | None:
+        """The principal for a presented key, or None when it is missing, unknown or revoked."""
+        if not key:
+            return None
+        digest = hash_key(key)
+        found = self._by_hash.get(digest)
+        if found is None:
+            return None
+        # The index is keyed by the hash, never the secret; confirm it in constant time all the same.
+        stored, principal = found
+        return principal if hmac.compare_digest(stored, digest) else None
+
+
+def authorize_admin(principal: Principal | None, needed: Role, *, presented: bool = False) -> Principal:
+    """The caller if its role reaches ``needed`` on the admin API; otherwise 401 or 403.
+
+    ``presented`` says whether a token came with the request, so a wrong token and a
+    missing one get different codes (``invalid_admin_token`` / ``missing_admin_token``).
+    """
+    if principal is None:
+        if presented:
+            raise Unauthorized("invalid admin token", code="invalid_admin_token")
+        raise Unauthorized("admin API needs a bearer token", code="missing_admin_token")
+    if principal.role == "client":
+        raise Forbidden("a client API key cannot use the admin API")
+    if _ADMIN_RANK[principal.role] < _ADMIN_RANK[needed]:
+        raise Forbidden(f"this needs the {needed} role; '{principal.name}' has the {principal.role} role")
+    return principal
+
+
+def authorize_client(principal: Principal | None, *, anonymous_allowed: bool, presented: bool) -> Principal:
+    """The caller on the client API: its key's principal, else anonymous when allowed, else 401."""
+    if principal is not None:
+        return principal
+    if anonymous_allowed:
+        return ANONYMOUS
+    if presented:
+        raise Unauthorized("Incorrect API key provided", code="invalid_api_key")
+    raise Unauthorized("You didn't provide an API key", code="invalid_api_key")

@@ -1,0 +1,286 @@
+"""``turnout routes …``: read and change the routes of a running gateway through its admin API.
+
+Off the request path: an operator's HTTP client (httpx, sync) of ``/admin/*`` on a gateway.
+Every change is read-modify-write: GET the route, edit its spec locally with the pydantic
+models of ``serving.routing.spec`` (so an invalid edit fails here, before any PUT), then
+PUT it with ``If-Match`` on the version read, so two operators never overwrite each other.
+The pure parts (parsing, spec edits, rendering) live in ``serving.cli_routes_pure``.
+Exit status: 0 ok, 1 when the API refuses or cannot be reached, 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from serving.cli_routes_pure import (
+    EditError,
+    abort_canary,
+    add_shadow,
+    describe_primaries,
+    history_table,
+    load_spec_file,
+    parse_steps,
+    parse_weights,
+    remove_shadow,
+    routes_table,
+    set_weights,
+    shadow_report,
+    slo_gates,
+    spec_diff,
+    start_canary,
+    validate_spec,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+    from serving.routing.spec import RouteSpec
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ApiError(Exception):
+    """The admin API answered with an error status (``status`` None: it could not be reached)."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class AdminClient:
+    """A thin sync client of the gateway's admin API; error answers become :class:`ApiError`."""
+
+    def __init__(self, url: str, token: str | None, *, transport: httpx.BaseTransport | None = None) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def call(self, method: str, path: str, *, body: Any = None, version: int | None = None) -> Any:
+        import httpx
+
+        headers = {"If-Match": f'"{version}"'} if version is not None else {}
+        try:
+            response = self._http.request(method, path, json=body, headers=headers)
+        except httpx.TransportError as exc:
+            raise ApiError(None, f"cannot reach the gateway at {self.url}: {exc}") from None
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, _error_message(response))
+        return response.json()
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message") or response.reason_phrase)
+    if isinstance(body, dict) and "detail" in body:
+        return json.dumps(body["detail"])
+    return json.dumps(body)
+
+
+def _common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    # On the group and on every sub-command, so the options may come before or after the command.
+    default: Any = None if defaults else argparse.SUPPRESS
+    flag: Any = False if defaults else argparse.SUPPRESS
+    parser.add_argument("--url", default=default, help=f"gateway (default: $TURNOUT_URL or {DEFAULT_URL})")
+    parser.add_argument("--token", default=default, help="admin token (default: $TURNOUT_ADMIN_TOKEN)")
+    parser.add_argument("--json", action="store_true", default=flag, help="print the API's JSON")
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``routes`` and its sub-commands to the ``turnout`` parser."""
+    routes = commands.add_parser("routes", help="list and change routes on a running gateway (admin API)")
+    _common(routes, defaults=True)
+    sub = routes.add_subparsers(dest="routes_command", required=True)
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, help=help_text)
+        _common(parser, defaults=False)
+        if name != "list":
+            parser.add_argument("name", help="the route (public model name)")
+        return parser
+
+    command("list", "every route: version, split, shadows, fallbacks")
+    command("show", "one route's current version as JSON")
+    edit = command("set", "replace a route's spec from a YAML or JSON file (creates a missing route)")
+    edit.add_argument("--file", required=True, help="spec file (a RouteSpec, or a version with a 'spec')")
+    edit.add_argument("--if-match", type=int, help="only if the route is still at this version")
+    weights = command("weights", "set the primary targets and their weights")
+    weights.add_argument("weights", nargs="+", metavar="VARIANT=WEIGHT")
+    shadow = command("shadow", "show the shadow comparison, or add/remove a shadow")
+    change = shadow.add_mutually_exclusive_group()
+    change.add_argument("--add", metavar="VARIANT")
+    change.add_argument("--remove", metavar="VARIANT")
+    shadow.add_argument("--rate", type=float, default=0.1, help="sampled share of requests (default 0.1)")
+    shadow.add_argument("--timeout", type=float, default=30.0, help="shadow call timeout, s (default 30)")
+    canary = command("canary", "start a canary with SLO gates, or abort the running one")
+    which = canary.add_mutually_exclusive_group(required=True)
+    which.add_argument("--canary", metavar="VARIANT", help="the variant to move traffic to")
+    which.add_argument("--abort", action="store_true", help="back to the stable variant alone")
+    canary.add_argument("--steps", default="5,25,50,100", help="canary percentages (default 5,25,50,100)")
+    canary.add_argument("--min-requests", type=int, default=100, help="requests per step (default 100)")
+    canary.add_argument("--min-duration", type=float, default=60.0, help="seconds per step (default 60)")
+    canary.add_argument("--max-error-rate", type=float, help="gate: error rate, a fraction (0.05 = 5%%)")
+    canary.add_argument("--max-p95-ttft-ms", type=float, help="gate: p95 time to first token, ms")
+    canary.add_argument("--max-p95-latency-ms", type=float, help="gate: p95 latency, ms")
+    canary.add_argument("--max-latency-ratio", type=float, help="gate: p95 latency at most R × stable's")
+    rollback = command("rollback", "make a new version equal to an older one (default: the previous)")
+    rollback.add_argument("--to", type=int, help="the version to return to")
+    command("history", "every version of a route, oldest first")
+    diff = command("diff", "unified diff of two versions' specs")
+    diff.add_argument("v1", type=int)
+    diff.add_argument("v2", type=int, nargs="?", help="default: the current version")
+    for parser in (edit, weights, shadow, canary, rollback):
+        parser.add_argument("--reason", help="why (kept in the route's history)")
+
+
+def _put(
+    client: AdminClient, args: argparse.Namespace, spec: RouteSpec, version: int | None, reason: str
+) -> int:
+    body = {"spec": spec.model_dump(mode="json"), "reason": args.reason or reason}
+    return _report(client.call("PUT", f"/admin/routes/{args.name}", body=body, version=version), args)
+
+
+def _report(rv: dict[str, Any], args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps(rv, indent=2))
+        return 0
+    split = describe_primaries(validate_spec(rv["spec"]))
+    print(f"{rv['route']}: version {rv['version']} ({rv['action']}): {split}")
+    return 0
+
+
+def _current(client: AdminClient, name: str) -> tuple[RouteSpec, int]:
+    rv = client.call("GET", f"/admin/routes/{name}")
+    return validate_spec(rv["spec"]), int(rv["version"])
+
+
+def _list(client: AdminClient, args: argparse.Namespace) -> int:
+    data = client.call("GET", "/admin/routes")
+    print(json.dumps(data, indent=2) if args.json else routes_table(data["routes"]))
+    return 0
+
+
+def _show(client: AdminClient, args: argparse.Namespace) -> int:
+    print(json.dumps(client.call("GET", f"/admin/routes/{args.name}"), indent=2))
+    return 0
+
+
+def _set(client: AdminClient, args: argparse.Namespace) -> int:
+    spec = load_spec_file(Path(args.file))
+    version = args.if_match
+    if version is None:
+        try:
+            version = _current(client, args.name)[1]
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    return _put(client, args, spec, version, f"set from {Path(args.file).name}")
+
+
+def _weights(client: AdminClient, args: argparse.Namespace) -> int:
+    targets = parse_weights(args.weights)
+    spec, version = _current(client, args.name)
+    return _put(client, args, set_weights(spec, targets), version, "weights " + " ".join(args.weights))
+
+
+def _shadow(client: AdminClient, args: argparse.Namespace) -> int:
+    if args.add is None and args.remove is None:
+        data = client.call("GET", f"/admin/routes/{args.name}/shadow")
+        print(json.dumps(data, indent=2) if args.json else shadow_report(data))
+        return 0
+    spec, version = _current(client, args.name)
+    if args.add is not None:
+        edited = add_shadow(spec, args.add, args.rate, args.timeout)
+        return _put(client, args, edited, version, f"add shadow {args.add}@{args.rate:g}")
+    return _put(client, args, remove_shadow(spec, args.remove), version, f"remove shadow {args.remove}")
+
+
+def _canary(client: AdminClient, args: argparse.Namespace) -> int:
+    if args.abort:
+        spec, version = _current(client, args.name)
+        edited, canary = abort_canary(spec)
+        return _put(client, args, edited, version, f"abort canary {canary}")
+    steps = parse_steps(args.steps)
+    gates = slo_gates(
+        max_error_rate=args.max_error_rate,
+        max_p95_ttft_ms=args.max_p95_ttft_ms,
+        max_p95_latency_ms=args.max_p95_latency_ms,
+        max_latency_ratio=args.max_latency_ratio,
+    )
+    spec, version = _current(client, args.name)
+    edited = start_canary(spec, args.canary, steps, args.min_requests, args.min_duration, gates)
+    plan = edited.canary
+    assert plan is not None
+    text = ",".join(f"{step:g}" for step in plan.steps)
+    return _put(
+        client, args, edited, version, f"start canary {plan.canary} (stable {plan.stable}), steps {text}"
+    )
+
+
+def _rollback(client: AdminClient, args: argparse.Namespace) -> int:
+    body = {"to_version": args.to, "reason": args.reason}
+    return _report(client.call("POST", f"/admin/routes/{args.name}/rollback", body=body), args)
+
+
+def _history(client: AdminClient, args: argparse.Namespace) -> int:
+    data = client.call("GET", f"/admin/routes/{args.name}/history")
+    print(json.dumps(data, indent=2) if args.json else history_table(data["versions"]))
+    return 0
+
+
+def _diff(client: AdminClient, args: argparse.Namespace) -> int:
+    versions = client.call("GET", f"/admin/routes/{args.name}/history")["versions"]
+    by_number = {int(rv["version"]): rv["spec"] for rv in versions}
+    v2 = args.v2 if args.v2 is not None else max(by_number, default=0)
+    for wanted in (args.v1, v2):
+        if wanted not in by_number:
+            raise ApiError(404, f"route '{args.name}' has no version {wanted}")
+    label = f"{args.name}@v"
+    text = spec_diff(by_number[args.v1], by_number[v2], f"{label}{args.v1}", f"{label}{v2}")
+    print(text or f"versions {args.v1} and {v2} have the same spec", end="" if text else "\n")
+    return 0
+
+
+_READS = {"list": _list, "show": _show, "history": _history, "diff": _diff}
+_EDITS = {"set": _set, "weights": _weights, "shadow": _shadow, "canary": _canary, "rollback": _rollback}
+_COMMANDS = {**_READS, **_EDITS}
+
+
+def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:
+    """Run one ``turnout routes`` command (``transport`` lets tests answer without a server)."""
+    url = args.url or os.environ.get("TURNOUT_URL") or DEFAULT_URL
+    token = args.token or os.environ.get("TURNOUT_ADMIN_TOKEN") or None
+    client = AdminClient(url, token, transport=transport)
+    try:
+        return _COMMANDS[args.routes_command](client, args)
+    except EditError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 2
+    except ApiError as exc:
+        prefix = "turnout:" if exc.status is None else f"turnout: {exc.status}"
+        print(f"{prefix} {exc.message}", file=sys.stderr)
+        if exc.status == 409:
+            print(
+                "  the route changed since it was read: re-run the command to apply it to the "
+                f"current version (see `turnout routes history {args.name}`)",
+                file=sys.stderr,
+            )
+        elif exc.status == 401:
+            print("  pass --token or set $TURNOUT_ADMIN_TOKEN", file=sys.stderr)
+        return 1
+    finally:
+        client.close()

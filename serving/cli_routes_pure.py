@@ -1,0 +1,305 @@
+"""The pure half of ``turnout routes``: parse arguments, edit route specs, render tables and diffs.
+
+Off the request path: ``serving.cli_routes`` fetches a route from the admin API, edits its
+spec here and PUTs the result. Every edit rebuilds the spec through the pydantic models of
+``serving.routing.spec``, so an invalid change raises :class:`EditError` with a readable
+reason before anything is sent. No I/O but reading a spec file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from serving.routing.spec import CanaryPlan, RouteSpec, ShadowTarget, SloGate, WeightedTarget
+
+
+class EditError(ValueError):
+    """A local mistake: a bad argument or an edit that would make an invalid spec."""
+
+
+def _reason(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+def validate_spec(data: object) -> RouteSpec:
+    try:
+        return RouteSpec.model_validate(data)
+    except ValidationError as exc:
+        raise EditError(f"invalid route spec: {_reason(exc)}") from None
+
+
+def _rebuild(spec: RouteSpec, **changes: Any) -> RouteSpec:
+    data = spec.model_dump()
+    data.update(changes)
+    return validate_spec(data)
+
+
+def load_spec_file(path: Path) -> RouteSpec:
+    """A spec from YAML or JSON: a bare RouteSpec, or a route version (``show`` output) with a ``spec``."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise EditError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise EditError(f"{path}: not valid YAML or JSON: {exc}") from None
+    if isinstance(data, dict) and "spec" in data and "targets" not in data:
+        data = data["spec"]
+    if not isinstance(data, dict):
+        raise EditError(f"{path}: expected a mapping (a route spec)")
+    try:
+        return RouteSpec.model_validate(data)
+    except ValidationError as exc:
+        raise EditError(f"{path}: invalid route spec: {_reason(exc)}") from None
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise EditError(f"{what}: not a number: {text!r}") from None
+
+
+def parse_weights(items: Sequence[str]) -> list[WeightedTarget]:
+    """``["a=70", "b=30"]`` → weighted targets, in the order given."""
+    if not items:
+        raise EditError("give at least one VARIANT=WEIGHT")
+    targets = []
+    for item in items:
+        variant, sep, weight = item.partition("=")
+        if not sep or not variant.strip() or not weight.strip():
+            raise EditError(f"expected VARIANT=WEIGHT, got {item!r}")
+        try:
+            targets.append(WeightedTarget(variant=variant.strip(), weight=_number(weight, variant)))
+        except ValidationError as exc:
+            raise EditError(f"{item}: {_reason(exc)}") from None
+    return targets
+
+
+def parse_steps(text: str) -> list[float]:
+    """``"5,25,50,100"`` → ``[5.0, 25.0, 50.0, 100.0]`` (checked when the plan is built)."""
+    steps = [_number(part.strip(), "--steps") for part in text.split(",") if part.strip()]
+    if not steps:
+        raise EditError("--steps: give at least one percentage, e.g. 5,25,50,100")
+    return steps
+
+
+def set_weights(spec: RouteSpec, targets: list[WeightedTarget]) -> RouteSpec:
+    if spec.canary is not None:
+        raise EditError(
+            f"a canary of '{spec.canary.canary}' is running and sets the split; "
+            "abort it first (canary --abort)"
+        )
+    return _rebuild(spec, targets=targets)
+
+
+def add_shadow(spec: RouteSpec, variant: str, rate: float, timeout_s: float) -> RouteSpec:
+    """Add a shadow, or change the rate and timeout of an existing one in place."""
+    try:
+        shadow = ShadowTarget(variant=variant, sample_rate=rate, timeout_s=timeout_s)
+    except ValidationError as exc:
+        raise EditError(f"shadow {variant}: {_reason(exc)}") from None
+    shadows = [shadow if s.variant == variant else s for s in spec.shadows]
+    if all(s.variant != variant for s in spec.shadows):
+        shadows.append(shadow)
+    return _rebuild(spec, shadows=shadows)
+
+
+def remove_shadow(spec: RouteSpec, variant: str) -> RouteSpec:
+    kept = [s for s in spec.shadows if s.variant != variant]
+    if len(kept) == len(spec.shadows):
+        names = ", ".join(s.variant for s in spec.shadows) or "none"
+        raise EditError(f"'{variant}' is not a shadow of this route (shadows: {names})")
+    return _rebuild(spec, shadows=kept)
+
+
+def slo_gates(
+    *,
+    max_error_rate: float | None = None,
+    max_p95_ttft_ms: float | None = None,
+    max_p95_latency_ms: float | None = None,
+    max_latency_ratio: float | None = None,
+) -> list[SloGate]:
+    """The canary's gates from the CLI flags; the latency bound and ratio share one gate."""
+    wanted: list[tuple[str, float | None, float | None]] = [
+        ("error_rate", max_error_rate, None),
+        ("p95_ttft_ms", max_p95_ttft_ms, None),
+        ("p95_latency_ms", max_p95_latency_ms, max_latency_ratio),
+    ]
+    gates = []
+    for metric, bound, ratio in wanted:
+        if bound is None and ratio is None:
+            continue
+        try:
+            gates.append(
+                SloGate.model_validate({"metric": metric, "max": bound, "max_ratio_to_stable": ratio})
+            )
+        except ValidationError as exc:
+            raise EditError(f"gate on {metric}: {_reason(exc)}") from None
+    if not gates:
+        raise EditError(
+            "a canary needs at least one gate: --max-error-rate, --max-p95-ttft-ms, "
+            "--max-p95-latency-ms or --max-latency-ratio"
+        )
+    return gates
+
+
+def stable_target(spec: RouteSpec) -> str:
+    """The variant a canary starts from: the single target, else the heaviest (first on a tie)."""
+    return max(spec.targets, key=lambda t: t.weight).variant
+
+
+def start_canary(
+    spec: RouteSpec,
+    canary: str,
+    steps: list[float],
+    min_requests: int,
+    min_duration_s: float,
+    gates: list[SloGate],
+) -> RouteSpec:
+    if spec.canary is not None:
+        raise EditError(f"a canary of '{spec.canary.canary}' is already running; abort it first (--abort)")
+    data = {
+        "stable": stable_target(spec),
+        "canary": canary,
+        "steps": steps,
+        "min_requests": min_requests,
+        "min_duration_s": min_duration_s,
+        "gates": gates,
+    }
+    try:
+        plan = CanaryPlan.model_validate(data)
+    except ValidationError as exc:
+        raise EditError(f"invalid canary plan: {_reason(exc)}") from None
+    return _rebuild(spec, canary=plan)
+
+
+def abort_canary(spec: RouteSpec) -> tuple[RouteSpec, str]:
+    """The spec back on the stable variant alone, and the aborted canary's name."""
+    if spec.canary is None:
+        raise EditError("no canary is running on this route")
+    stable = spec.canary.stable
+    return _rebuild(spec, targets=[WeightedTarget(variant=stable)], canary=None), spec.canary.canary
+
+
+def _percent(value: float) -> str:
+    return f"{value:.0f}%" if abs(value - round(value)) < 0.05 else f"{value:.1f}%"
+
+
+def describe_primaries(spec: RouteSpec) -> str:
+    """``"a 70%, b 30%"``; with a canary running, its split and ``canary step i/n``."""
+    primaries = spec.primaries()
+    total = sum(t.weight for t in primaries)
+    text = ", ".join(f"{t.variant} {_percent(100.0 * t.weight / total)}" for t in primaries)
+    if spec.canary is not None:
+        text += f" (canary step {spec.canary.step + 1}/{len(spec.canary.steps)})"
+    return text
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain left-aligned text table with a dashed rule under the header."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(row) for row in rows)])
+
+
+def routes_table(versions: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for rv in versions:
+        spec = RouteSpec.model_validate(rv["spec"])
+        shadows = ", ".join(f"{s.variant}@{s.sample_rate:g}" for s in spec.shadows) or "-"
+        fallbacks = ", ".join(spec.fallbacks) or "-"
+        rows.append([str(rv["route"]), str(rv["version"]), describe_primaries(spec), shadows, fallbacks])
+    return render_table(["route", "version", "primaries", "shadows", "fallbacks"], rows)
+
+
+def format_time(at: float | None) -> str:
+    if at is None:
+        return "-"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def history_table(versions: Sequence[dict[str, Any]]) -> str:
+    rows = [
+        [
+            str(rv["version"]),
+            str(rv["action"]),
+            str(rv["author"]),
+            format_time(rv["created_at"]),
+            rv["reason"] or "",
+        ]
+        for rv in versions
+    ]
+    return render_table(["version", "action", "author", "time", "reason"], rows)
+
+
+def spec_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> str:
+    """Unified diff of two specs written as sorted, indented JSON ("" when equal)."""
+
+    def lines(spec: dict[str, Any]) -> list[str]:
+        return [line + "\n" for line in json.dumps(spec, sort_keys=True, indent=2).splitlines()]
+
+    return "".join(difflib.unified_diff(lines(old), lines(new), fromfile=old_label, tofile=new_label))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def shadow_report(data: dict[str, Any], *, differences_shown: int = 5) -> str:
+    """The admin API's shadow comparison: one row per shadow variant, then recent differences."""
+    shadows: dict[str, dict[str, Any]] = data.get("shadows") or {}
+    route = data.get("route", "")
+    if not shadows:
+        return f"{route}: no shadow results yet"
+    columns: list[str] = []
+    for summary in shadows.values():
+        columns += [key for key in summary if key not in columns]
+    rows = [[variant, *(_cell(summary.get(c)) for c in columns)] for variant, summary in shadows.items()]
+    out = [render_table(["variant", *columns], rows)]
+    differences = data.get("recent_differences") or []
+    out.append(f"\nrecent differences: {len(differences)} (newest first)")
+    for difference in differences[:differences_shown]:
+        out.append(_difference_line(difference))
+    return "\n".join(out)
+
+
+def _clip(text: object, width: int = 60) -> str:
+    shown = json.dumps(str(text), ensure_ascii=False)
+    return shown if len(shown) <= width else shown[: width - 1] + "…"
+
+
+def _difference_line(difference: dict[str, Any]) -> str:
+    primary = difference.get("primary") or {}
+    shadow = difference.get("shadow_answer") or {}
+    return (
+        f"  {difference.get('shadow')}: similarity {_cell(difference.get('similarity'))}, "
+        f"latency {_cell(difference.get('latency_delta_ms'))} ms vs primary, "
+        f"status {primary.get('status')}/{shadow.get('status')}\n"
+        f"    primary {_clip(primary.get('text', ''))}\n"
+        f"    shadow  {_clip(shadow.get('text', ''))}"
+    )

@@ -1,0 +1,125 @@
+"""API keys and admin tokens: key format, hashing, the key ring, and the role checks at the edge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from serving.auth import (
+    ANONYMOUS,
+    KeyRing,
+    Principal,
+    authorize_admin,
+    authorize_client,
+    bearer_token,
+    hash_key,
+    key_prefix,
+    new_key,
+)
+from serving.errors import Forbidden, Unauthorized
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    role: str
+    key_hash: str
+    revoked_at: float | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+
+
+def test_new_keys_have_the_role_prefix_and_differ() -> None:
+    client = new_key("client")
+    assert client.startswith("sk-turnout-") and len(client) > 40
+    assert new_key("admin").startswith("tadm-")
+    assert new_key("viewer").startswith("tadm-") and new_key("operator").startswith("tadm-")
+    assert len({new_key("client") for _ in range(50)}) == 50
+
+
+def test_hash_and_prefix() -> None:
+    key = "sk-turnout-abcdefghijklmnop"
+    assert hash_key(key) == hash_key(key)
+    assert len(hash_key(key)) == 64 and int(hash_key(key), 16) >= 0
+    assert hash_key(key) != hash_key(key + "x")
+    assert key_prefix(key) == "sk-turnout-abc"
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("Bearer abc", "abc"),
+        ("bearer abc", "abc"),
+        ("BEARER  abc ", "abc"),
+        (None, None),
+        ("", None),
+        ("Bearer", None),
+        ("Bearer   ", None),
+        ("Basic abc", None),
+        ("abc", None),
+    ],
+)
+def test_bearer_token(header: str | None, token: str | None) -> None:
+    assert bearer_token(header) == token
+
+
+def test_key_ring_finds_active_keys_and_skips_revoked() -> None:
+    alice, bob = new_key("client"), new_key("client")
+    ring = KeyRing(
+        [
+            Record("alice", "client", hash_key(alice), rpm=60, tpm=1000),
+            Record("bob", "client", hash_key(bob), revoked_at=1.0),
+        ]
+    )
+    assert ring.lookup(alice) == Principal("alice", "client", 60, 1000)
+    assert ring.lookup(bob) is None
+    assert ring.lookup("sk-turnout-unknown") is None
+    assert ring.lookup(None) is None and ring.lookup("") is None
+    assert ring.lookup(hash_key(alice)) is None  # the stored hash is not itself a key
+
+
+def test_bootstrap_admin_token() -> None:
+    ring = KeyRing([], bootstrap_admin_token="s3cret")
+    assert ring.lookup("s3cret") == Principal("env-admin", "admin")
+    assert KeyRing([], bootstrap_admin_token="").lookup("") is None
+    assert len(KeyRing([], bootstrap_admin_token=None)) == 0
+
+
+def test_admin_roles_are_ordered() -> None:
+    viewer, operator, admin = (Principal(r, r) for r in ("viewer", "operator", "admin"))  # type: ignore[arg-type]
+    assert authorize_admin(viewer, "viewer") is viewer
+    assert authorize_admin(admin, "operator") is admin
+    assert authorize_admin(operator, "operator") is operator
+    with pytest.raises(Forbidden) as refused:
+        authorize_admin(viewer, "operator")
+    assert refused.value.status == 403
+    assert "operator" in refused.value.message and "viewer" in refused.value.message
+    with pytest.raises(Forbidden):
+        authorize_admin(operator, "admin")
+
+
+def test_client_keys_cannot_use_the_admin_api() -> None:
+    with pytest.raises(Forbidden, match="client API key"):
+        authorize_admin(Principal("app", "client"), "viewer")
+
+
+def test_admin_api_without_or_with_a_wrong_token() -> None:
+    with pytest.raises(Unauthorized) as missing:
+        authorize_admin(None, "viewer")
+    assert missing.value.status == 401 and missing.value.code == "missing_admin_token"
+    with pytest.raises(Unauthorized) as wrong:
+        authorize_admin(None, "viewer", presented=True)
+    assert wrong.value.code == "invalid_admin_token"
+
+
+def test_client_api() -> None:
+    alice = Principal("alice", "client")
+    assert authorize_client(alice, anonymous_allowed=False, presented=True) is alice
+    assert authorize_client(None, anonymous_allowed=True, presented=False) is ANONYMOUS
+    assert authorize_client(None, anonymous_allowed=True, presented=True) is ANONYMOUS
+    with pytest.raises(Unauthorized, match="Incorrect API key") as wrong:
+        authorize_client(None, anonymous_allowed=False, presented=True)
+    assert wrong.value.code == "invalid_api_key" and wrong.value.status == 401
+    with pytest.raises(Unauthorized, match="didn't provide"):
+        authorize_client(None, anonymous_allowed=False, presented=False)
