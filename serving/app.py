@@ -18,13 +18,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.base import Backend
 from backends.registry import build_backend
+from serving.access import Access
+from serving.api import admin_routes, health, openai_routes
 from serving.api import errors as api_errors
-from serving.api import health, openai_routes
 from serving.api.state import AppState
+from serving.canary_controller import CanaryController
 from serving.config import GatewayConfig, default_config
 from serving.errors import TurnoutError
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
+from serving.route_sync import RouteSync
+from serving.shadow import ShadowTee
+from serving.shadow_recorder import ShadowRecorder
+from serving.store import RouteStore
 
 
 def _engine_stats(backends: Mapping[str, Backend]) -> Callable[[], dict[str, dict[str, float]]]:
@@ -69,14 +75,25 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
         hook = getattr(backend, "set_batch_observer", None)
         if callable(hook):
             hook(metrics.batch_observer(name))
-    gateway = Gateway(config, backends, metrics)
+    recorder = ShadowRecorder(config.shadow.recent_differences)
+    tee = ShadowTee(backends, metrics, recorder, max_in_flight=config.shadow.max_in_flight)
+    gateway = Gateway(config, backends, metrics, shadows=tee)
+    access = Access(config.auth, metrics)
+    store = RouteStore(config.store.url)
+    sync = RouteSync(store, gateway, access, config.store.poll_interval_s)
+    canary = CanaryController(gateway, sync, metrics, config.canary.tick_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await sync.start(dict(config.routes))
+        canary.start()
         await asyncio.gather(*(backend.start() for backend in backends.values()))
         try:
             yield
         finally:
+            await canary.close()
+            await tee.close()
+            await sync.close()
             await asyncio.gather(*(backend.close() for backend in backends.values()))
 
     app = GatewayApp(title="Turnout", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -89,6 +106,11 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
         metrics=metrics,
         max_body_bytes=config.server.max_body_bytes,
         started=int(time.time()),
+        access=access,
+        store=store,
+        sync=sync,
+        shadow_recorder=recorder,
+        canary=canary,
     )
     app.add_route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"])
     app.add_route("/v1/completions", openai_routes.completions, methods=["POST"])
@@ -97,6 +119,7 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     app.add_route("/health", health.health, methods=["GET"])
     app.add_route("/ready", health.ready, methods=["GET"])
     app.add_route("/metrics", health.metrics, methods=["GET"])
+    admin_routes.install(app)
     app.add_exception_handler(TurnoutError, api_errors.handle_turnout_error)
     app.add_exception_handler(HTTPException, api_errors.handle_http_exception)
     app.add_exception_handler(Exception, api_errors.handle_unexpected)

@@ -1,33 +1,57 @@
-"""One request's life: decide → call → observe.
+"""One request's life: decide → call (retries, fallbacks, breakers) → tee shadows → observe.
 
-Called by the OpenAI API handlers with a validated :class:`GenerateRequest` and the
-public model name. Asks the pure routing policy which variant serves it, calls that
-variant's backend adapter, and records the outcome (status, latency, TTFT, tokens).
-For streams, the first chunk is awaited here so that a backend that fails before the
-first byte gives the client a plain HTTP error, not a broken stream.
+Called by the OpenAI API handlers with a validated :class:`GenerateRequest`. Asks the pure
+routing policy which variant serves it under the route version in force, tries that
+variant (then its retries and fallbacks, skipping variants whose circuit breaker is open)
+until one answers — only before the first byte reaches the client — mirrors sampled
+shadows on the side, and records the outcome (metrics, canary samples). For streams the
+first chunk is awaited here, so a failure before the first byte becomes a retry, a
+fallback or a plain HTTP error, never a broken stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from backends.base import Backend, Chunk, Completion, GenerateRequest
 from serving.config import GatewayConfig
-from serving.errors import NotFound, TurnoutError
+from serving.errors import BackendError, BackendUnavailable, NotFound, Overloaded, TurnoutError
 from serving.metrics import GatewayMetrics
-from serving.routing.policy import RouteSpec, decide
+from serving.observations import ObservationLog, counts_as_error
+from serving.routing.breaker import BreakerSettings, CircuitBreaker
+from serving.routing.canary import Sample
+from serving.routing.compare import Answer
+from serving.routing.policy import Decision, decide
+from serving.routing.spec import RouteSpec
+from serving.shadow import ShadowTee, resolve
+
+log = logging.getLogger("turnout")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class RouteTable:
-    """The routes in force and their version (static config: version 1)."""
+class ActiveRoute:
+    """A route version in force: what the store holds, validated against this process's variants."""
 
-    routes: dict[str, RouteSpec]
-    version: int = 1
+    name: str
+    version: int
+    spec: RouteSpec
+    created_at: float = 0.0
+
+
+@dataclass(slots=True)
+class Routed:
+    """One request's routing: the route version, the decision, and the variant that served."""
+
+    route: ActiveRoute
+    decision: Decision
+    served_by: str
 
 
 class Gateway:
@@ -37,93 +61,233 @@ class Gateway:
         backends: dict[str, Backend],
         metrics: GatewayMetrics,
         *,
+        shadows: ShadowTee | None = None,
+        observations: ObservationLog | None = None,
         random_point: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.backends = backends
         self.metrics = metrics
-        self.table = RouteTable(routes=dict(config.routes))
+        self.shadows = shadows
+        self.observations = observations or ObservationLog()
+        self.routes: dict[str, ActiveRoute] = {
+            name: ActiveRoute(name, 1, spec) for name, spec in config.routes.items()
+        }
+        settings = BreakerSettings(**config.breaker.model_dump())
+        self.breakers = {name: CircuitBreaker(settings) for name in backends}
+        self._flagged: set[str] = set()
         self._random_point = random_point
         self._clock = clock
+        self._wall = wall_clock
+
+    # -- the route table -------------------------------------------------------------------
+
+    def apply(self, routes: Mapping[str, ActiveRoute]) -> None:
+        """Put a new set of route versions in force (one atomic swap)."""
+        self.routes = dict(routes)
+        for name, active in routes.items():
+            self.metrics.route_version.labels(name).set(active.version)
 
     def route_names(self) -> list[str]:
-        return list(self.table.routes)
+        return list(self.routes)
 
-    def choose(self, route: str, key: str | None) -> tuple[str, Backend]:
-        spec = self.table.routes.get(route)
-        if spec is None:
+    def choose(self, route: str, header_key: str | None, user: str | None) -> Routed:
+        active = self.routes.get(route)
+        if active is None:
             raise NotFound(f"The model '{route}' does not exist", param="model")
-        variant = decide(route, spec, key, self._random_point()).primary
-        return variant, self.backends[variant]
+        spec = active.spec
+        sticky = spec.sticky
+        if sticky == "auto":
+            key = header_key or user
+        else:
+            key = header_key if sticky == "header" else user if sticky == "user" else None
+        shadow_point = self._random_point() if spec.shadows else 1.0
+        decision = decide(route, spec, key, self._random_point(), shadow_point)
+        return Routed(active, decision, decision.primary)
 
-    async def complete(
-        self, route: str, variant: str, backend: Backend, request: GenerateRequest, endpoint: str
-    ) -> Completion:
+    # -- calls -----------------------------------------------------------------------------
+
+    async def complete(self, routed: Routed, request: GenerateRequest, endpoint: str) -> Completion:
+        waiting = self._mirror(routed, request)
         started = self._clock()
         try:
-            result = await backend.complete(request)
+            variant, result, attempt_started = await self._attempts(
+                routed, endpoint, lambda backend: backend.complete(request)
+            )
         except TurnoutError as exc:
-            self._observe(route, variant, endpoint, str(exc.status), started)
+            resolve(waiting, Answer(exc.status, "", self._clock() - started))
             raise
-        except asyncio.CancelledError:  # the client hung up and the API layer cancelled the work
-            self._observe(route, variant, endpoint, "499", started)
+        except asyncio.CancelledError:
+            resolve(waiting, Answer(499, "", self._clock() - started))
             raise
-        self._observe(route, variant, endpoint, "200", started)
-        self._count_tokens(route, variant, result.usage.prompt_tokens, result.usage.completion_tokens)
+        resolve(waiting, Answer(200, result.text, self._clock() - started))
+        self._observe(routed, variant, endpoint, 200, attempt_started, None)
+        self._count_tokens(routed, variant, result.usage.prompt_tokens, result.usage.completion_tokens)
         return result
 
-    async def stream(
-        self, route: str, variant: str, backend: Backend, request: GenerateRequest, endpoint: str
-    ) -> AsyncIterator[Chunk]:
+    async def stream(self, routed: Routed, request: GenerateRequest, endpoint: str) -> AsyncIterator[Chunk]:
         """Start the stream and return it once its first chunk has arrived."""
+        waiting = self._mirror(routed, request)
         started = self._clock()
-        upstream = backend.stream(request)
+
+        async def first_chunk(backend: Backend) -> tuple[Chunk, AsyncIterator[Chunk]]:
+            upstream = backend.stream(request)
+            try:
+                first = await upstream.__anext__()
+            except StopAsyncIteration:
+                first = Chunk(finish_reason="stop")
+            except BaseException:
+                await _close(upstream)
+                raise
+            return first, upstream
+
         try:
-            first = await upstream.__anext__()
-        except StopAsyncIteration:
-            first = Chunk(finish_reason="stop")
+            variant, (first, upstream), attempt_started = await self._attempts(routed, endpoint, first_chunk)
         except TurnoutError as exc:
-            self._observe(route, variant, endpoint, str(exc.status), started)
+            resolve(waiting, Answer(exc.status, "", self._clock() - started))
             raise
-        self.metrics.ttft.labels(route, variant, endpoint).observe(self._clock() - started)
-        return self._observed_stream(route, variant, endpoint, started, first, upstream)
+        except asyncio.CancelledError:
+            resolve(waiting, Answer(499, "", self._clock() - started))
+            raise
+        ttft = self._clock() - attempt_started
+        self.metrics.ttft.labels(routed.route.name, variant, endpoint).observe(ttft)
+        return self._observed_stream(
+            routed, variant, endpoint, attempt_started, ttft, first, upstream, waiting
+        )
+
+    async def _attempts(
+        self, routed: Routed, endpoint: str, call: Callable[[Backend], Awaitable[T]]
+    ) -> tuple[str, T, float]:
+        """Try the primary, its retries, then the fallbacks; skip variants whose breaker is open."""
+        decision = routed.decision
+        candidates = [decision.primary] * (1 + routed.route.spec.retries) + list(decision.fallbacks)
+        last_error: TurnoutError | None = None
+        skipped: list[str] = []
+        for variant in candidates:
+            breaker = self.breakers[variant]
+            if not breaker.allow(self._clock()):
+                skipped.append(variant)
+                self._sample(routed, variant, 503, self._clock(), None)  # a canary that can't serve fails
+                continue
+            routed.served_by = variant
+            started = self._clock()
+            try:
+                result = await call(self.backends[variant])
+            except (BackendError, Overloaded) as exc:
+                self._breaker_record(variant, isinstance(exc, Overloaded))
+                self._sample(routed, variant, exc.status, started, None)
+                self.metrics.attempts_failed.labels(routed.route.name, variant, str(exc.status)).inc()
+                last_error = exc
+                continue
+            except TurnoutError as exc:  # the request is at fault, not the backend: no retry
+                self._breaker_record(variant, True)
+                self._observe(routed, variant, endpoint, exc.status, started, None)
+                raise
+            except asyncio.CancelledError:  # the client hung up and the API layer cancelled the work
+                breaker.release(self._clock())  # a cancelled probe says nothing about the backend
+                self._observe(routed, variant, endpoint, 499, started, None)
+                raise
+            self._breaker_record(variant, True)
+            return variant, result, started
+        if last_error is None:
+            last_error = BackendUnavailable(
+                f"no variant of '{routed.route.name}' is available: circuit open for {', '.join(skipped)}",
+                code="circuit_open",
+            )
+        status = str(last_error.status)
+        self.metrics.requests.labels(routed.route.name, routed.served_by, endpoint, status).inc()
+        raise last_error
 
     async def _observed_stream(
         self,
-        route: str,
+        routed: Routed,
         variant: str,
         endpoint: str,
         started: float,
+        ttft: float,
         first: Chunk,
         upstream: AsyncIterator[Chunk],
+        waiting: list[asyncio.Future[Answer]],
     ) -> AsyncIterator[Chunk]:
-        status = "200"
+        status = 200
         last = first
+        pieces: list[str] | None = [first.text] if waiting else None
         try:
             yield first
             if first.finish_reason is None:
                 async for chunk in upstream:
                     last = chunk
+                    if pieces is not None:
+                        pieces.append(chunk.text)
                     yield chunk
         except TurnoutError as exc:
-            status = str(exc.status)
+            status = exc.status
+            self._breaker_record(variant, not isinstance(exc, BackendError))
             raise
         except BaseException:
-            status = "499"  # client went away (cancelled) or the stream was closed early
+            status = 499  # client went away (cancelled) or the stream was closed early
             raise
         finally:
-            closer = getattr(upstream, "aclose", None)
-            if closer is not None:
-                await closer()
-            self._observe(route, variant, endpoint, status, started)
+            await _close(upstream)
+            self._observe(routed, variant, endpoint, status, started, ttft)
+            if waiting:
+                resolve(waiting, Answer(status, "".join(pieces or ()), self._clock() - started))
             if last.usage is not None:
-                self._count_tokens(route, variant, last.usage.prompt_tokens, last.usage.completion_tokens)
+                self._count_tokens(routed, variant, last.usage.prompt_tokens, last.usage.completion_tokens)
 
-    def _observe(self, route: str, variant: str, endpoint: str, status: str, started: float) -> None:
-        self.metrics.requests.labels(route, variant, endpoint, status).inc()
+    # -- side effects ------------------------------------------------------------------------
+
+    def _mirror(self, routed: Routed, request: GenerateRequest) -> list[asyncio.Future[Answer]]:
+        if not routed.decision.shadows or self.shadows is None:
+            return []
+        timeouts = {s.variant: s.timeout_s for s in routed.route.spec.shadows}
+        waiting = []
+        for shadow in routed.decision.shadows:
+            future = self.shadows.mirror(routed.route.name, shadow, request, timeouts[shadow])
+            if future is not None:
+                waiting.append(future)
+        return waiting
+
+    def _breaker_record(self, variant: str, ok: bool) -> None:
+        breaker = self.breakers[variant]
+        now = self._clock()
+        breaker.record(ok, now)
+        if ok and variant not in self._flagged:
+            return
+        is_open = breaker.state(now) != "closed"
+        if is_open != (variant in self._flagged):
+            if is_open:
+                self._flagged.add(variant)
+                log.warning("circuit for variant %s opened", variant)
+            else:
+                self._flagged.discard(variant)
+                log.info("circuit for variant %s closed", variant)
+            self.metrics.breaker_open.labels(variant).set(1.0 if is_open else 0.0)
+
+    def _sample(self, routed: Routed, variant: str, status: int, started: float, ttft: float | None) -> None:
+        plan = routed.route.spec.canary
+        if plan is None or status == 499 or variant not in (plan.stable, plan.canary):
+            return
+        sample = Sample(self._wall(), not counts_as_error(status), self._clock() - started, ttft)
+        self.observations.record(routed.route.name, variant, sample)
+
+    def _observe(
+        self, routed: Routed, variant: str, endpoint: str, status: int, started: float, ttft: float | None
+    ) -> None:
+        route = routed.route.name
+        self.metrics.requests.labels(route, variant, endpoint, str(status)).inc()
         self.metrics.latency.labels(route, variant, endpoint).observe(self._clock() - started)
+        self._sample(routed, variant, status, started, ttft)
 
-    def _count_tokens(self, route: str, variant: str, prompt: int, completion: int) -> None:
+    def _count_tokens(self, routed: Routed, variant: str, prompt: int, completion: int) -> None:
+        route = routed.route.name
         self.metrics.tokens.labels(route, variant, "prompt").inc(prompt)
         self.metrics.tokens.labels(route, variant, "completion").inc(completion)
+
+
+async def _close(upstream: AsyncIterator[Chunk]) -> None:
+    closer = getattr(upstream, "aclose", None)
+    if closer is not None:
+        await closer()

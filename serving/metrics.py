@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -89,6 +89,43 @@ class GatewayMetrics:
             "Sequences per engine batch",
             ["variant"],
             buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.shadow = Counter(
+            "turnout_shadow_requests",
+            "Shadow copies by outcome (match, differ, error, timeout, dropped, skipped)",
+            ["route", "shadow", "outcome"],
+            registry=self.registry,
+        )
+        self.shadow_similarity = Histogram(
+            "turnout_shadow_similarity",
+            "Normalized edit similarity of shadow vs primary answers",
+            ["route", "shadow"],
+            buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0),
+            registry=self.registry,
+        )
+        self.attempts_failed = Counter(
+            "turnout_attempts_failed",
+            "Attempts on a variant that failed before the first byte and moved on (retry or fallback)",
+            ["route", "variant", "status"],
+            registry=self.registry,
+        )
+        self.breaker_open = Gauge(
+            "turnout_circuit_open",
+            "1 while a variant's circuit breaker is open or half-open",
+            ["variant"],
+            registry=self.registry,
+        )
+        self.route_version = Gauge(
+            "turnout_route_version", "Route version in force", ["route"], registry=self.registry
+        )
+        self.rate_limited = Counter(
+            "turnout_rate_limited", "Requests refused by per-key limits", ["key"], registry=self.registry
+        )
+        self.canary_actions = Counter(
+            "turnout_canary_actions",
+            "Canary verdicts acted on (promote, complete, rollback)",
+            ["route", "action"],
             registry=self.registry,
         )
         if engine_stats is not None:

@@ -12,7 +12,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import orjson
@@ -32,6 +33,7 @@ from serving.errors import (
     PayloadTooLarge,
     TurnoutError,
 )
+from serving.gateway import Routed
 from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 
 log = logging.getLogger("turnout")
@@ -113,7 +115,11 @@ def completion_body(
 
 
 async def _sse_events(
-    chunks: AsyncIterator[Chunk], head: dict[str, Any], chat: bool, include_usage: bool
+    chunks: AsyncIterator[Chunk],
+    head: dict[str, Any],
+    chat: bool,
+    include_usage: bool,
+    charge: Callable[[int], None] | None = None,
 ) -> AsyncIterator[bytes]:
     """Typed chunks → OpenAI stream objects; a mid-stream failure → error event, then [DONE]."""
 
@@ -137,6 +143,8 @@ async def _sse_events(
             if chunk.text:
                 yield sse.event({**head, "choices": [choice(chunk.text, None)], **extra})
             if chunk.finish_reason is not None:
+                if charge is not None and chunk.usage is not None:
+                    charge(chunk.usage.total_tokens)
                 yield sse.event({**head, "choices": [choice(None, chunk.finish_reason)], **extra})
                 if include_usage and chunk.usage is not None:
                     yield sse.event({**head, "choices": [], "usage": chunk.usage.as_dict()})
@@ -175,32 +183,41 @@ async def _serve(request: Request, chat: bool) -> Response:
     rid = request.headers.get("x-request-id") or _new_request_id()
     endpoint = "chat" if chat else "completions"
     headers = {"x-request-id": rid}
+    routed: Routed | None = None
     try:
+        principal = state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
         body = await read_body(request, state.max_body_bytes)
         wire = parse_wire(ChatCompletionRequest if chat else CompletionRequest, body)
         wire.check()
         generate = wire.to_generate(rid)
         route = wire.model
-        variant, backend = state.gateway.choose(route, request.headers.get("x-turnout-key") or wire.user)
-        headers["x-turnout-variant"] = variant
-        headers["x-turnout-route-version"] = str(state.gateway.table.version)
+        routed = state.gateway.choose(route, request.headers.get("x-turnout-key"), wire.user)
+        headers["x-turnout-route-version"] = str(routed.route.version)
         created = int(time.time())
         if wire.stream:
-            chunks = await state.gateway.stream(route, variant, backend, generate, endpoint)
+            chunks = await state.gateway.stream(routed, generate, endpoint)
+            headers["x-turnout-variant"] = routed.served_by
             head = {
                 "id": f"{'chatcmpl' if chat else 'cmpl'}-{rid}",
                 "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": created,
                 "model": route,
             }
-            events = _sse_events(chunks, head, chat, wire.include_usage())
+            charge = partial(state.access.charge, principal) if principal.tpm is not None else None
+            events = _sse_events(chunks, head, chat, wire.include_usage(), charge)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-        work = state.gateway.complete(route, variant, backend, generate, endpoint)
+        work = state.gateway.complete(routed, generate, endpoint)
+        backend = state.gateway.backends[routed.decision.primary]
         result = await (_unless_disconnected(request, work) if backend.info.cancel_on_disconnect else work)
+        headers["x-turnout-variant"] = routed.served_by
+        if principal.tpm is not None:
+            state.access.charge(principal, result.usage.total_tokens)
         render = chat_body if chat else completion_body
         content = render(rid, route, created, result.text, result.finish_reason, result.usage.as_dict())
         return Response(content, media_type="application/json", headers=headers)
     except TurnoutError as exc:
+        if routed is not None:
+            headers["x-turnout-variant"] = routed.served_by
         return error_response(exc, headers)
     except Exception:  # served ahead of FastAPI's error middleware, so render the 500 here
         log.exception("request %s failed", rid)
@@ -221,12 +238,14 @@ def _model_card(name: str, created: int) -> dict[str, Any]:
 
 async def list_models(request: Request) -> Response:
     state: AppState = request.app.state.turnout
+    state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
     data = [_model_card(name, state.started) for name in state.gateway.route_names()]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
 async def get_model(request: Request) -> Response:
     state: AppState = request.app.state.turnout
+    state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
     name = request.path_params["model"]
     if name not in state.gateway.route_names():
         return error_response(NotFound(f"The model '{name}' does not exist", param="model"), {})

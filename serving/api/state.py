@@ -1,11 +1,16 @@
-"""What every handler reads from ``app.state.turnout``: the gateway and edge limits."""
+"""What every handler reads from ``app.state.turnout``: the gateway, the store, access control."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from serving.access import Access
+from serving.canary_controller import CanaryController
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
+from serving.route_sync import RouteSync
+from serving.shadow_recorder import ShadowRecorder
+from serving.store import RouteStore
 
 
 @dataclass(slots=True)
@@ -14,3 +19,8 @@ class AppState:
     metrics: GatewayMetrics
     max_body_bytes: int
     started: int
+    access: Access
+    store: RouteStore
+    sync: RouteSync
+    shadow_recorder: ShadowRecorder
+    canary: CanaryController | None = None

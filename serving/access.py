@@ -1,0 +1,67 @@
+"""Who may call, and how often: the API edge's use of ``serving.auth`` and ``serving.ratelimit``.
+
+The client API handlers call :meth:`Access.client` before routing (401 for a missing or
+unknown key unless anonymous clients are allowed, 429 with ``Retry-After`` when a key has
+spent its requests or tokens per minute) and :meth:`Access.charge` once usage is known.
+The admin API calls :meth:`Access.admin` with the role an endpoint needs. The key ring
+is rebuilt by ``serving.route_sync`` whenever the store's keys change.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+
+from serving.auth import ANONYMOUS, KeyLike, KeyRing, Principal, Role, authorize_admin, authorize_client
+from serving.auth import bearer_token as parse_bearer
+from serving.config import AuthSettings
+from serving.errors import RateLimited
+from serving.metrics import GatewayMetrics
+from serving.ratelimit import RateLimiter
+
+
+class Access:
+    def __init__(
+        self,
+        settings: AuthSettings,
+        metrics: GatewayMetrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._metrics = metrics
+        self._clock = clock
+        self._bootstrap = os.environ.get(settings.admin_token_env) or None
+        self.limiter = RateLimiter()
+        self.keyring = KeyRing((), bootstrap_admin_token=self._bootstrap)
+
+    def reload(self, records: Iterable[KeyLike]) -> None:
+        self.keyring = KeyRing(records, bootstrap_admin_token=self._bootstrap)
+
+    def client(self, authorization: str | None, api_key_header: str | None = None) -> Principal:
+        presented = parse_bearer(authorization) or api_key_header or None
+        principal = self.keyring.lookup(presented) if presented else None
+        principal = authorize_client(
+            principal, anonymous_allowed=self._settings.anonymous_clients, presented=presented is not None
+        )
+        if principal.rpm is None and principal.tpm is None:
+            return principal
+        wait = self.limiter.admit(principal.name, principal.rpm, principal.tpm, self._clock())
+        if wait is not None:
+            self._metrics.rate_limited.labels(principal.name).inc()
+            raise RateLimited(
+                f"Rate limit reached for key '{principal.name}': "
+                f"{principal.rpm or '∞'} requests and {principal.tpm or '∞'} tokens per minute",
+                retry_after=wait,
+            )
+        return principal
+
+    def charge(self, principal: Principal, tokens: int) -> None:
+        if principal.tpm is not None and principal is not ANONYMOUS:
+            self.limiter.charge_tokens(principal.name, tokens, principal.tpm, self._clock())
+
+    def admin(self, authorization: str | None, needed: Role) -> Principal:
+        token = parse_bearer(authorization)
+        principal = self.keyring.lookup(token) if token else None
+        return authorize_admin(principal, needed, presented=token is not None)

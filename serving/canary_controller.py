@@ -1,0 +1,108 @@
+"""Runs the canary judge on every route with a canary plan, and acts on its verdicts.
+
+A background task of the app: every ``tick_s`` it reads this process's samples for the
+stable and canary variants since the current step began (the step begins when its route
+version was written), asks the pure judge (``serving.routing.canary``) for a verdict, and
+on promote / roll back writes the next route version with the judge's reason through the
+store (``If-Match`` on the version judged, so two gateway processes never both act).
+The last verdict per route is kept for the admin API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from serving.errors import Conflict
+from serving.gateway import Gateway
+from serving.metrics import GatewayMetrics
+from serving.route_sync import RouteSync
+from serving.routing.canary import Verdict, apply, judge, summarize
+
+log = logging.getLogger("turnout.canary")
+
+
+class CanaryController:
+    def __init__(
+        self,
+        gateway: Gateway,
+        sync: RouteSync,
+        metrics: GatewayMetrics,
+        tick_s: float,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._gateway = gateway
+        self._sync = sync
+        self._metrics = metrics
+        self._tick = tick_s
+        self._wall = wall_clock
+        self._task: asyncio.Task[None] | None = None
+        self.last: dict[str, dict[str, Any]] = {}
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick)
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("canary tick failed")
+
+    async def tick(self) -> None:
+        for name, active in list(self._gateway.routes.items()):
+            plan = active.spec.canary
+            if plan is None:
+                self.last.pop(name, None)
+                continue
+            now = self._wall()
+            log_ = self._gateway.observations
+            canary = summarize(log_.since(name, plan.canary, active.created_at))
+            stable = summarize(log_.since(name, plan.stable, active.created_at))
+            verdict = judge(plan, now - active.created_at, canary, stable)
+            self.last[name] = {
+                "version": active.version,
+                "step": plan.step,
+                "percent": plan.percent,
+                "action": verdict.action,
+                "reason": verdict.reason,
+                "at": now,
+            }
+            if verdict.action != "hold":
+                await self._act(name, active.version, verdict)
+
+    async def _act(self, name: str, version: int, verdict: Verdict) -> None:
+        active = self._gateway.routes[name]
+        changed = apply(active.spec, verdict)
+        if changed is None:
+            return
+        spec, action = changed
+        try:
+            written = await asyncio.to_thread(
+                self._sync.store.put,
+                name,
+                spec,
+                expected_version=version,
+                author="canary-judge",
+                reason=verdict.reason,
+                action=action,
+            )
+        except Conflict:
+            log.info("canary on %s: v%d changed meanwhile; judging again next tick", name, version)
+            return
+        self._metrics.canary_actions.labels(name, action).inc()
+        log.warning("canary on %s: %s → v%d: %s", name, action, written.version, verdict.reason)
+        self._gateway.observations.forget(name)
+        await self._sync.refresh()

@@ -1,0 +1,85 @@
+"""Keeps this process's route table and key ring in step with the shared route store.
+
+Started in the app's lifespan: seeds version 1 of every configured route that the store
+does not know yet, loads what is in force, then polls the store's change marker (one
+cheap query every ``poll_interval_s``) and reloads when any process — this one's admin
+API, another gateway, the canary controller, ``turnout keys`` — has written. A stored
+version this process cannot serve (it names a variant this process does not have) is
+logged and the previous version stays in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from serving.access import Access
+from serving.gateway import ActiveRoute, Gateway
+from serving.routing.spec import RouteSpec, problems
+from serving.store import ApiKeyRecord, RouteStore, RouteVersion
+
+log = logging.getLogger("turnout.routes")
+
+
+class RouteSync:
+    def __init__(self, store: RouteStore, gateway: Gateway, access: Access, interval_s: float) -> None:
+        self.store = store
+        self._gateway = gateway
+        self._access = access
+        self._interval = interval_s
+        self._marker = -1
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self, seed: dict[str, RouteSpec]) -> None:
+        await asyncio.to_thread(self.store.seed, seed)
+        await self.refresh()
+        self._task = asyncio.create_task(self._poll())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await asyncio.to_thread(self.store.close)
+
+    async def refresh(self, force: bool = False) -> None:
+        async with self._lock:
+            marker = await asyncio.to_thread(self.store.change_marker)
+            if marker == self._marker and not force:
+                return
+            current, keys = await asyncio.to_thread(self._read)
+            self._apply(current)
+            self._access.reload(keys)
+            self._marker = marker
+
+    def _read(self) -> tuple[dict[str, RouteVersion], list[ApiKeyRecord]]:
+        return self.store.current(), list(self.store.keys())
+
+    def _apply(self, current: dict[str, RouteVersion]) -> None:
+        known = frozenset(self._gateway.backends)
+        table = dict(self._gateway.routes)
+        for name, stored in current.items():
+            found = problems(stored.spec, known)
+            if found:
+                in_force = table.get(name)
+                if in_force is None or in_force.version != stored.version:
+                    problem = "; ".join(found)
+                    log.error("route %s v%d cannot be served here: %s", name, stored.version, problem)
+                continue
+            in_force = table.get(name)
+            if in_force is not None and in_force.version == stored.version:
+                continue
+            table[name] = ActiveRoute(name, stored.version, stored.spec, stored.created_at)
+            if in_force is not None:
+                log.info("route %s: v%d → v%d (%s)", name, in_force.version, stored.version, stored.action)
+        self._gateway.apply(table)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.refresh()
+            except Exception:  # a store hiccup must not stop polling; the table in force stays
+                log.exception("route store poll failed")

@@ -1,0 +1,126 @@
+"""Shadow (mirror) traffic: a sampled copy of a request goes to a shadow variant on the side.
+
+``serving.gateway`` calls :meth:`ShadowTee.mirror` when the routing decision samples a
+shadow, and later resolves the returned handle with the primary's answer. The shadow call
+runs as a detached task with its own timeout; at most ``max_in_flight`` run at once and
+the rest are dropped (and counted), so a slow or dead shadow never delays, fails or
+changes the primary answer. Each finished pair is compared (``serving.routing.compare``)
+and recorded (``serving.shadow_recorder``, Prometheus counters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from backends.base import Backend, GenerateRequest
+from serving.errors import TurnoutError
+from serving.metrics import GatewayMetrics
+from serving.routing.compare import Answer, compare
+from serving.shadow_recorder import ShadowRecorder
+
+log = logging.getLogger("turnout.shadow")
+
+# How long a shadow waits for the primary's answer after its own (a long stream, say).
+_PRIMARY_WAIT_S = 600.0
+
+
+class ShadowTee:
+    def __init__(
+        self,
+        backends: Mapping[str, Backend],
+        metrics: GatewayMetrics,
+        recorder: ShadowRecorder,
+        *,
+        max_in_flight: int,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._backends = backends
+        self._metrics = metrics
+        self.recorder = recorder
+        self._max_in_flight = max_in_flight
+        self._clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def mirror(
+        self, route: str, shadow: str, request: GenerateRequest, timeout_s: float
+    ) -> asyncio.Future[Answer] | None:
+        """Start the shadow call; resolve the returned future with the primary's answer."""
+        tally = self.recorder.tally(route, shadow)
+        if len(self._tasks) >= self._max_in_flight:
+            tally.dropped += 1
+            self._metrics.shadow.labels(route, shadow, "dropped").inc()
+            return None
+        tally.sent += 1
+        primary: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        copy = dataclasses.replace(request, request_id=f"{request.request_id}-shadow-{shadow}")
+        task = asyncio.create_task(self._run(route, shadow, copy, timeout_s, primary))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return primary
+
+    async def _run(
+        self,
+        route: str,
+        shadow: str,
+        request: GenerateRequest,
+        timeout_s: float,
+        primary: asyncio.Future[Answer],
+    ) -> None:
+        tally = self.recorder.tally(route, shadow)
+        counter = self._metrics.shadow
+        started = self._clock()
+        try:
+            async with asyncio.timeout(timeout_s):
+                result = await self._backends[shadow].complete(request)
+            answer = Answer(200, result.text, self._clock() - started)
+        except TimeoutError:
+            tally.timeouts += 1
+            counter.labels(route, shadow, "timeout").inc()
+            answer = Answer(504, "", self._clock() - started)
+        except TurnoutError as exc:
+            tally.errors += 1
+            counter.labels(route, shadow, "error").inc()
+            answer = Answer(exc.status, "", self._clock() - started)
+        except asyncio.CancelledError:
+            primary.cancel()
+            raise
+        except Exception:
+            log.exception("shadow %s of route %s failed", shadow, route)
+            tally.errors += 1
+            counter.labels(route, shadow, "error").inc()
+            answer = Answer(500, "", self._clock() - started)
+        try:
+            async with asyncio.timeout(_PRIMARY_WAIT_S):
+                reference = await primary
+        except (TimeoutError, asyncio.CancelledError):
+            tally.skipped += 1
+            counter.labels(route, shadow, "skipped").inc()
+            return
+        if reference.status == 499:  # the client hung up: nothing to compare against
+            tally.skipped += 1
+            counter.labels(route, shadow, "skipped").inc()
+            return
+        result_ = compare(reference, answer)
+        self.recorder.compared(route, shadow, request.request_id, reference, answer, result_)
+        counter.labels(route, shadow, "differ" if result_.differs else "match").inc()
+        self._metrics.shadow_similarity.labels(route, shadow).observe(result_.similarity)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def resolve(futures: list[asyncio.Future[Answer]], answer: Answer) -> None:
+    """Hand the primary's answer to every waiting shadow (safe to call more than once)."""
+    for future in futures:
+        if not future.done():
+            future.set_result(answer)

@@ -1,0 +1,111 @@
+"""Running comparison summary per (route, shadow) and a capped list of recent differing pairs.
+
+Fed by ``serving.shadow.ShadowTee`` after each primary/shadow pair is compared (the pure
+comparison lives in ``serving.routing.compare``); read by ``GET /admin/routes/{name}/shadow``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from serving.routing.compare import Answer, Comparison
+
+_TEXT_CAP = 2_000  # characters of each answer kept in a recent difference
+
+
+@dataclass(slots=True)
+class ShadowTally:
+    sent: int = 0
+    compared: int = 0
+    exact_matches: int = 0
+    status_mismatches: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    dropped: int = 0
+    skipped: int = 0
+    similarity_sum: float = 0.0
+    length_ratio_sum: float = 0.0
+    latency_deltas: deque[float] = field(default_factory=lambda: deque(maxlen=1_000))
+
+    def as_dict(self) -> dict[str, Any]:
+        deltas = list(self.latency_deltas)
+        compared = self.compared or 1
+        return {
+            "sent": self.sent,
+            "compared": self.compared,
+            "exact_matches": self.exact_matches,
+            "exact_match_rate": self.exact_matches / compared if self.compared else None,
+            "mean_similarity": self.similarity_sum / compared if self.compared else None,
+            "mean_length_ratio": self.length_ratio_sum / compared if self.compared else None,
+            "status_mismatches": self.status_mismatches,
+            "latency_delta_ms_p50": statistics.median(deltas) * 1000 if deltas else None,
+            "latency_delta_ms_mean": statistics.fmean(deltas) * 1000 if deltas else None,
+            "errors": self.errors,
+            "timeouts": self.timeouts,
+            "dropped": self.dropped,
+            "skipped": self.skipped,
+        }
+
+
+def _answer(answer: Answer) -> dict[str, Any]:
+    return {
+        "status": answer.status,
+        "text": answer.text[:_TEXT_CAP],
+        "latency_ms": round(answer.latency_s * 1000, 3),
+    }
+
+
+class ShadowRecorder:
+    def __init__(self, recent_cap: int) -> None:
+        self._tallies: dict[tuple[str, str], ShadowTally] = {}
+        self._recent: dict[str, deque[dict[str, Any]]] = {}
+        self._recent_cap = recent_cap
+
+    def tally(self, route: str, shadow: str) -> ShadowTally:
+        found = self._tallies.get((route, shadow))
+        if found is None:
+            found = self._tallies[(route, shadow)] = ShadowTally()
+        return found
+
+    def compared(
+        self,
+        route: str,
+        shadow: str,
+        request_id: str,
+        primary: Answer,
+        answer: Answer,
+        result: Comparison,
+    ) -> None:
+        tally = self.tally(route, shadow)
+        tally.compared += 1
+        tally.exact_matches += result.exact_match
+        tally.status_mismatches += result.status_mismatch
+        tally.similarity_sum += result.similarity
+        tally.length_ratio_sum += result.length_ratio
+        tally.latency_deltas.append(result.latency_delta_s)
+        if result.differs and self._recent_cap:
+            recent = self._recent.get(route)
+            if recent is None:
+                recent = self._recent[route] = deque(maxlen=self._recent_cap)
+            recent.append(
+                {
+                    "at": time.time(),
+                    "request_id": request_id,
+                    "shadow": shadow,
+                    "primary": _answer(primary),
+                    "shadow_answer": _answer(answer),
+                    "similarity": round(result.similarity, 4),
+                    "length_ratio": round(result.length_ratio, 4),
+                    "latency_delta_ms": round(result.latency_delta_s * 1000, 3),
+                    "status_mismatch": result.status_mismatch,
+                }
+            )
+
+    def summary(self, route: str) -> dict[str, Any]:
+        shadows = {s: t.as_dict() for (r, s), t in self._tallies.items() if r == route}
+        recent = list(reversed(self._recent.get(route, ())))
+        return {"route": route, "shadows": shadows, "recent_differences": recent}

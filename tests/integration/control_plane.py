@@ -1,0 +1,92 @@
+"""Helpers for control-plane tests: fault-server variants, a gateway process per test, admin calls.
+
+Each test gets its own SQLite store (``store.url`` in the config it writes), so route
+changes never leak between tests; ``TURNOUT_ADMIN_TOKEN`` gives the admin bearer token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from backends.fault import FaultServer
+from serving.launcher import Launched, gateway_process
+
+ADMIN_TOKEN = "tadm-test-admin-token"
+
+
+def fault_variant(server: FaultServer, read_timeout: float = 10.0) -> dict[str, Any]:
+    return {
+        "kind": "openai_http",
+        "base_url": server.base_url,
+        "model": "fake-model",
+        "engine": "vllm",
+        "vendor": "cpu",
+        "accelerator": "cpu",
+        "timeouts": {"connect": 1.0, "read": read_timeout, "pool": 1.0},
+    }
+
+
+def write_config(path: Path, variants: dict[str, Any], routes: dict[str, Any], **sections: Any) -> Path:
+    config = {
+        "variants": variants,
+        "routes": routes,
+        "store": {"url": f"sqlite:///{path.parent / 'routes.db'}", "poll_interval_s": 0.1},
+        **sections,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@contextmanager
+def running_gateway(config: Path, env: dict[str, str] | None = None) -> Iterator[Launched]:
+    with gateway_process(config, env={"TURNOUT_ADMIN_TOKEN": ADMIN_TOKEN, **(env or {})}) as gateway:
+        yield gateway
+
+
+def admin(token: str | None = ADMIN_TOKEN) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def chat(base: str, model: str = "chat", *, key: str | None = None, **body: Any) -> httpx.Response:
+    headers = {"x-turnout-key": key} if key else {}
+    payload = {"model": model, "messages": [{"role": "user", "content": "hi"}], **body}
+    return httpx.post(f"{base}/v1/chat/completions", json=payload, headers=headers, timeout=30)
+
+
+def put_route(
+    base: str, name: str, spec: dict[str, Any], *, version: int | None = None, reason: str = "test"
+) -> httpx.Response:
+    headers = admin()
+    if version is not None:
+        headers["if-match"] = f'"{version}"'
+    return httpx.put(f"{base}/admin/routes/{name}", json={"spec": spec, "reason": reason}, headers=headers)
+
+
+def eventually(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> float:
+    """Seconds until ``check()`` held; fails the test after ``timeout``."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def metric_value(base: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    text = httpx.get(f"{base}/metrics").text
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total

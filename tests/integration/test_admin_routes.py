@@ -1,0 +1,226 @@
+"""The admin API against real gateway processes: versions, If-Match, 422s, rollback, audit, A/B.
+
+Two fault servers answer as variants ``a`` and ``b`` (each with its own reply, so the
+answer says who served); routes live in a per-test SQLite store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from backends.fault import FaultServer
+from serving.auth import hash_key, key_prefix, new_key
+from serving.store import RouteStore
+from tests.integration.control_plane import (
+    admin,
+    chat,
+    eventually,
+    fault_variant,
+    put_route,
+    running_gateway,
+    write_config,
+)
+
+SPLIT_70_30 = {"targets": [{"variant": "a", "weight": 70}, {"variant": "b", "weight": 30}]}
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[FaultServer, FaultServer]]:
+    with FaultServer(reply="answer from a") as a, FaultServer(reply="answer from b") as b:
+        yield a, b
+
+
+@pytest.fixture
+def config(tmp_path: Path, servers: tuple[FaultServer, FaultServer]) -> Path:
+    a, b = servers
+    variants = {"a": fault_variant(a), "b": fault_variant(b)}
+    return write_config(tmp_path / "gateway.yaml", variants, {"chat": {"targets": [{"variant": "a"}]}})
+
+
+@pytest.fixture
+def gateway(config: Path) -> Iterator[str]:
+    with running_gateway(config) as launched:
+        yield launched.url
+
+
+def _store_url(config: Path) -> str:
+    return f"sqlite:///{config.parent / 'routes.db'}"
+
+
+def test_config_seeds_version_one_and_requests_carry_version_and_variant(gateway: str) -> None:
+    current = httpx.get(f"{gateway}/admin/routes/chat", headers=admin())
+    assert current.status_code == 200
+    assert current.json()["version"] == 1 and current.json()["action"] == "seed"
+    assert current.headers["etag"] == '"1"'
+    reply = chat(gateway)
+    assert reply.status_code == 200
+    assert reply.headers["x-turnout-variant"] == "a"
+    assert reply.headers["x-turnout-route-version"] == "1"
+    assert reply.json()["choices"][0]["message"]["content"] == "answer from a"
+
+
+def test_admin_api_needs_a_token_of_the_right_role(gateway: str, config: Path) -> None:
+    store = RouteStore(_store_url(config))
+    keys = {}
+    for name, role in [("app", "client"), ("watcher", "viewer"), ("ops", "operator")]:
+        keys[role] = new_key(role)  # type: ignore[arg-type]
+        store.add_key(
+            name=name, role=role, key_hash=hash_key(keys[role]), prefix=key_prefix(keys[role]), actor="test"
+        )
+    store.close()
+    url = f"{gateway}/admin/routes/chat"
+    eventually(lambda: httpx.get(url, headers=admin(keys["viewer"])).status_code == 200, 2)
+    missing = httpx.get(url)
+    assert missing.status_code == 401 and missing.json()["error"]["type"] == "authentication_error"
+    assert httpx.get(url, headers=admin("tadm-wrong")).status_code == 401
+    client = httpx.get(url, headers=admin(keys["client"]))
+    assert client.status_code == 403 and "client API key" in client.json()["error"]["message"]
+    body = {"spec": SPLIT_70_30, "reason": "viewer tries"}
+    viewer_write = httpx.put(url, json=body, headers=admin(keys["viewer"]))
+    assert viewer_write.status_code == 403
+    operator_write = httpx.put(url, json=body, headers=admin(keys["operator"]))
+    assert operator_write.status_code == 200 and operator_write.json()["author"] == "ops"
+
+
+def test_put_with_if_match_makes_a_new_version_and_a_stale_one_is_409(gateway: str) -> None:
+    first = put_route(gateway, "chat", SPLIT_70_30, version=1, reason="start A/B")
+    assert first.status_code == 200, first.text
+    assert first.json()["version"] == 2 and first.json()["reason"] == "start A/B"
+    stale = put_route(gateway, "chat", {"targets": [{"variant": "b"}]}, version=1, reason="late")
+    assert stale.status_code == 409
+    assert stale.json()["error"]["code"] == "version_conflict"
+    assert httpx.get(f"{gateway}/admin/routes/chat", headers=admin()).json()["version"] == 2
+
+
+def test_a_change_is_in_force_at_once_and_splits_seventy_thirty_stickily(gateway: str) -> None:
+    assert put_route(gateway, "chat", SPLIT_70_30, version=1).status_code == 200
+    served = {}
+    for i in range(300):
+        reply = chat(gateway, key=f"user-{i}")
+        assert reply.headers["x-turnout-route-version"] == "2"
+        served[f"user-{i}"] = reply.headers["x-turnout-variant"]
+    share_a = list(served.values()).count("a") / len(served)
+    assert 0.60 <= share_a <= 0.80  # 300 keys: ±10 points; the 10,000-key ±2% check is a unit test
+    for key in list(served)[:30]:
+        assert chat(gateway, key=key).headers["x-turnout-variant"] == served[key]
+    by_user = chat(gateway, user="someone")
+    assert chat(gateway, user="someone").headers["x-turnout-variant"] == by_user.headers["x-turnout-variant"]
+
+
+BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
+    ("zero weights", {"targets": [{"variant": "a", "weight": 0}]}, "sum to a positive number"),
+    ("unknown variant", {"targets": [{"variant": "nope"}]}, "unknown variant 'nope'"),
+    (
+        "shadow equals primary",
+        {"targets": [{"variant": "a"}], "shadows": [{"variant": "a"}]},
+        "shadow 'a' is also a primary target",
+    ),
+    (
+        "canary steps not increasing",
+        {
+            "targets": [{"variant": "a"}],
+            "canary": {
+                "stable": "a",
+                "canary": "b",
+                "steps": [50, 10],
+                "gates": [{"metric": "error_rate", "max": 0.1}],
+            },
+        },
+        "must increase strictly",
+    ),
+    (
+        "canary without gates",
+        {"targets": [{"variant": "a"}], "canary": {"stable": "a", "canary": "b", "gates": []}},
+        "spec.canary.gates",
+    ),
+    ("negative weight", {"targets": [{"variant": "a", "weight": -1}]}, "spec.targets.0.weight"),
+    ("unknown field", {"targets": [{"variant": "a"}], "weights": {}}, "spec.weights"),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "reason"), BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
+def test_an_invalid_spec_is_422_with_the_reason_and_changes_nothing(
+    gateway: str, case: str, spec: dict[str, Any], reason: str
+) -> None:
+    reply = put_route(gateway, "chat", spec, version=1)
+    assert reply.status_code == 422, reply.text
+    assert reason in reply.json()["error"]["message"]
+    assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+    assert httpx.get(f"{gateway}/admin/routes/chat", headers=admin()).json()["version"] == 1
+    assert chat(gateway).status_code == 200
+
+
+def test_bad_admin_requests_are_4xx(gateway: str) -> None:
+    url = f"{gateway}/admin/routes/chat"
+    not_json = httpx.put(url, content=b"{nope", headers=admin())
+    assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "invalid_json"
+    no_spec = httpx.put(url, json={"reason": "x"}, headers=admin())
+    assert no_spec.status_code == 422
+    bad_match = httpx.put(url, json={"spec": SPLIT_70_30}, headers={**admin(), "if-match": "abc"})
+    assert bad_match.status_code == 400
+    assert httpx.get(f"{gateway}/admin/routes/missing", headers=admin()).status_code == 404
+    assert httpx.get(f"{gateway}/admin/audit?limit=0", headers=admin()).status_code == 400
+
+
+def test_history_rollback_and_audit(gateway: str) -> None:
+    assert put_route(gateway, "chat", SPLIT_70_30, version=1, reason="A/B").status_code == 200
+    assert (
+        put_route(gateway, "chat", {"targets": [{"variant": "b"}]}, version=2, reason="all b").json()[
+            "version"
+        ]
+        == 3
+    )
+    assert chat(gateway).headers["x-turnout-variant"] == "b"
+    back = httpx.post(f"{gateway}/admin/routes/chat/rollback", json={}, headers=admin())
+    assert back.status_code == 200
+    assert back.json()["version"] == 4 and back.json()["action"] == "rollback"
+    assert back.json()["spec"]["targets"] == [
+        {"variant": "a", "weight": 70.0},
+        {"variant": "b", "weight": 30.0},
+    ]
+    to_one = httpx.post(
+        f"{gateway}/admin/routes/chat/rollback",
+        json={"to_version": 1, "reason": "undo everything"},
+        headers={**admin(), "if-match": '"4"'},
+    )
+    assert to_one.status_code == 200 and to_one.json()["version"] == 5
+    assert chat(gateway).headers["x-turnout-variant"] == "a"
+    history = httpx.get(f"{gateway}/admin/routes/chat/history", headers=admin()).json()["versions"]
+    assert [v["version"] for v in history] == [1, 2, 3, 4, 5]
+    assert [v["action"] for v in history] == ["seed", "set", "set", "rollback", "rollback"]
+    assert history[4]["spec"] == history[0]["spec"] and history[4]["reason"] == "undo everything"
+    entries = httpx.get(f"{gateway}/admin/audit?route=chat", headers=admin()).json()["entries"]
+    assert [e["version"] for e in entries[:5]] == [5, 4, 3, 2, 1]
+    assert entries[0]["actor"] == "env-admin"
+    missing = httpx.post(f"{gateway}/admin/routes/chat/rollback", json={"to_version": 99}, headers=admin())
+    assert missing.status_code == 404
+
+
+def test_routes_survive_a_restart(config: Path) -> None:
+    with running_gateway(config) as launched:
+        assert put_route(launched.url, "chat", {"targets": [{"variant": "b"}]}, version=1).status_code == 200
+    with running_gateway(config) as launched:
+        current = httpx.get(f"{launched.url}/admin/routes/chat", headers=admin()).json()
+        assert current["version"] == 2 and current["spec"]["targets"] == [{"variant": "b", "weight": 1.0}]
+        assert chat(launched.url).headers["x-turnout-variant"] == "b"
+
+
+def test_a_change_reaches_another_gateway_process_within_one_second(config: Path) -> None:
+    with running_gateway(config) as first, running_gateway(config) as second:
+        assert chat(second.url).headers["x-turnout-variant"] == "a"
+        assert put_route(first.url, "chat", {"targets": [{"variant": "b"}]}, version=1).status_code == 200
+        took = eventually(lambda: chat(second.url).headers["x-turnout-variant"] == "b", timeout=1.0)
+        assert took < 1.0
+
+
+def test_a_new_route_appears_in_models(gateway: str) -> None:
+    created = put_route(gateway, "chat-b", {"targets": [{"variant": "b"}]}, version=0)
+    assert created.status_code == 201 and created.json()["version"] == 1
+    names = [m["id"] for m in httpx.get(f"{gateway}/v1/models").json()["data"]]
+    assert "chat-b" in names
+    assert chat(gateway, model="chat-b").json()["choices"][0]["message"]["content"] == "answer from b"

@@ -1,0 +1,126 @@
+"""Client keys and per-key limits on a real gateway, keys managed with the ``turnout keys`` CLI.
+
+The gateway refuses anonymous clients here; keys are created and revoked by running the
+CLI against the gateway's store, as an operator would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from backends.fault import FaultServer
+from serving.launcher import Launched
+from serving.store import RouteStore
+from tests.integration.control_plane import (
+    admin,
+    chat,
+    eventually,
+    fault_variant,
+    running_gateway,
+    write_config,
+)
+
+
+def turnout(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "serving.cli", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Launched, Path]]:
+    with FaultServer(reply="hello there") as upstream:
+        config = write_config(
+            tmp_path_factory.mktemp("auth") / "gateway.yaml",
+            {"a": fault_variant(upstream)},
+            {"chat": {"targets": [{"variant": "a"}]}},
+            auth={"anonymous_clients": False},
+        )
+        with running_gateway(config) as launched:
+            yield launched, config
+
+
+def _create(config: Path, name: str, *extra: str) -> str:
+    made = turnout("keys", "create", name, "--config", str(config), *extra)
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    assert key.startswith(("sk-turnout-", "tadm-")) and "only" in made.stderr
+    return key
+
+
+def _with_key(base: str, key: str | None, **body: object) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    payload = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], **body}
+    return httpx.post(f"{base}/v1/chat/completions", json=payload, headers=headers, timeout=30)
+
+
+def test_without_a_known_key_clients_get_401(setup: tuple[Launched, Path]) -> None:
+    gateway, _ = setup
+    missing = chat(gateway.url)
+    assert missing.status_code == 401
+    assert missing.json()["error"]["code"] == "invalid_api_key"
+    assert _with_key(gateway.url, "sk-turnout-made-up").status_code == 401
+    assert httpx.get(f"{gateway.url}/v1/models").status_code == 401
+
+
+def test_a_created_key_works_with_the_openai_client_and_stops_when_revoked(
+    setup: tuple[Launched, Path],
+) -> None:
+    gateway, config = setup
+    key = _create(config, "app")
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+    eventually(lambda: _with_key(gateway.url, key).status_code == 200, timeout=2)
+    answer = client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}])
+    assert answer.choices[0].message.content == "hello there"
+    assert [m.id for m in client.models.list()] == ["chat"]
+    stored = RouteStore(f"sqlite:///{config.parent / 'routes.db'}")
+    records = stored.keys()
+    assert key not in str([k.as_dict() for k in records])  # only the hash is kept
+    assert all(k.key_hash != key for k in records)
+    stored.close()
+    listed = turnout("keys", "list", "--config", str(config))
+    assert "app" in listed.stdout and key not in listed.stdout
+    assert turnout("keys", "revoke", "app", "--config", str(config)).returncode == 0
+    eventually(lambda: _with_key(gateway.url, key).status_code == 401, timeout=2)
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_requests_per_minute_answer_429_with_retry_after(setup: tuple[Launched, Path]) -> None:
+    gateway, config = setup
+    key = _create(config, "limited", "--rpm", "3")
+    eventually(lambda: _with_key(gateway.url, key).status_code == 200, timeout=2)
+    statuses = [_with_key(gateway.url, key).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]  # 3 per minute: the one in eventually() was the first
+    refused = _with_key(gateway.url, key)
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    other = _create(config, "unlimited")
+    eventually(lambda: _with_key(gateway.url, other).status_code == 200, timeout=2)
+
+
+def test_tokens_per_minute_are_charged_after_each_answer(setup: tuple[Launched, Path]) -> None:
+    gateway, config = setup
+    key = _create(config, "token-limited", "--tpm", "20")
+    eventually(lambda: _with_key(gateway.url, key).status_code in (200, 429), timeout=2)
+    statuses = [_with_key(gateway.url, key, stream=i % 2 == 1).status_code for i in range(6)]
+    assert statuses[-1] == 429 and 429 in statuses
+
+
+def test_a_client_key_cannot_use_the_admin_api(setup: tuple[Launched, Path]) -> None:
+    gateway, config = setup
+    key = _create(config, "client-only")
+    admin_token = _create(config, "ops", "--role", "operator")
+    url = f"{gateway.url}/admin/routes"
+    eventually(lambda: httpx.get(url, headers=admin(admin_token)).status_code == 200, timeout=2)
+    assert httpx.get(url, headers=admin(key)).status_code == 403
+    wrong = httpx.get(url, headers=admin("tadm-nope"))
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_admin_token"

@@ -1,0 +1,99 @@
+"""``turnout routes …`` end to end: the operator walkthrough, run as a subprocess against a gateway."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backends.fault import FaultServer
+from serving.launcher import Launched
+from tests.integration.control_plane import (
+    ADMIN_TOKEN,
+    admin,
+    chat,
+    eventually,
+    fault_variant,
+    running_gateway,
+    write_config,
+)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[Launched]:
+    with (
+        FaultServer(reply="answer from a") as a,
+        FaultServer(reply="answer from b") as b,
+        FaultServer(reply="answer from c") as c,
+    ):
+        variants = {"a": fault_variant(a), "b": fault_variant(b), "c": fault_variant(c)}
+        config = write_config(tmp_path / "gateway.yaml", variants, {"chat": {"targets": [{"variant": "a"}]}})
+        with running_gateway(config) as launched:
+            yield launched
+
+
+def routes(
+    gateway: Launched, *args: str, token: str | None = ADMIN_TOKEN
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TURNOUT_URL", "TURNOUT_ADMIN_TOKEN")}
+    if token:
+        env["TURNOUT_ADMIN_TOKEN"] = token
+    cmd = [sys.executable, "-m", "serving.cli", "routes", "--url", gateway.url, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, check=False)
+
+
+def _current(gateway: Launched) -> dict[str, object]:
+    return dict(httpx.get(f"{gateway.url}/admin/routes/chat", headers=admin()).json())
+
+
+def test_operator_walkthrough(gateway: Launched) -> None:
+    flipped = routes(gateway, "weights", "chat", "a=70", "b=30", "--reason", "try b on 30%")
+    assert flipped.returncode == 0, flipped.stderr
+    assert _current(gateway)["version"] == 2
+    listed = routes(gateway, "list")
+    assert listed.returncode == 0 and "a 70%" in listed.stdout and "b 30%" in listed.stdout
+
+    shadowed = routes(gateway, "shadow", "chat", "--add", "c", "--rate", "1.0")
+    assert shadowed.returncode == 0, shadowed.stderr
+    for i in range(6):
+        assert chat(gateway.url, key=f"user-{i}").status_code == 200
+    eventually(lambda: "c" in httpx.get(f"{gateway.url}/admin/routes/chat/shadow", headers=admin()).text, 3)
+    summary = routes(gateway, "shadow", "chat")
+    assert summary.returncode == 0 and "answer from c" in summary.stdout
+
+    canary = routes(
+        gateway, "canary", "chat", "--canary", "b", "--steps", "10,50,100", "--max-error-rate", "0.05"
+    )
+    assert canary.returncode == 0, canary.stderr
+    assert _current(gateway)["spec"]["canary"]["canary"] == "b"  # type: ignore[index]
+    aborted = routes(gateway, "canary", "chat", "--abort")
+    assert aborted.returncode == 0, aborted.stderr
+    assert _current(gateway)["spec"]["canary"] is None  # type: ignore[index]
+
+    history = routes(gateway, "history", "chat")
+    assert history.returncode == 0 and "try b on 30%" in history.stdout
+    diff = routes(gateway, "diff", "chat", "1", "2")
+    assert diff.returncode == 0 and '"weight": 70' in diff.stdout and diff.stdout.count("\n-") >= 1
+
+    back = routes(gateway, "rollback", "chat", "--to", "1", "--reason", "back to a only")
+    assert back.returncode == 0, back.stderr
+    current = _current(gateway)
+    assert current["action"] == "rollback" and current["spec"]["targets"] == [  # type: ignore[index]
+        {"variant": "a", "weight": 1.0}
+    ]
+    assert chat(gateway.url, key="user-1").headers["x-turnout-variant"] == "a"
+
+
+def test_errors_exit_non_zero_with_the_reason(gateway: Launched) -> None:
+    unknown = routes(gateway, "weights", "chat", "a=50", "nope=50")
+    assert unknown.returncode == 1 and "unknown variant 'nope'" in unknown.stderr
+    no_token = routes(gateway, "show", "chat", token=None)
+    assert no_token.returncode == 1 and "401" in no_token.stderr
+    local = routes(gateway, "weights", "chat", "a=-5")
+    assert local.returncode == 2
+    assert _current(gateway)["version"] == 1

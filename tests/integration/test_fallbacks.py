@@ -1,0 +1,139 @@
+"""Retries, fallbacks and circuit breakers before the first byte; clean stream ends after it.
+
+Fault servers play the upstreams: one always failing with 503, one healthy, and ones
+that cut, stall or corrupt a stream after its first chunk.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from backends.fault import FaultServer
+from serving.launcher import Launched
+from tests.integration.control_plane import chat, fault_variant, metric_value, running_gateway, write_config
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, FaultServer]]:
+    with (
+        FaultServer(default="error=503") as flaky,
+        FaultServer(default="error=503") as flaky_retry,
+        FaultServer(reply="good answer") as good,
+        FaultServer() as plain,
+        FaultServer(default="cut=2") as cut,
+        FaultServer(default="stall=5000") as stall,
+        FaultServer(default="corrupt") as corrupt,
+    ):
+        yield {
+            "flaky": flaky,
+            "flaky_retry": flaky_retry,
+            "good": good,
+            "plain": plain,
+            "cut": cut,
+            "stall": stall,
+            "corrupt": corrupt,
+        }
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultServer]) -> Iterator[Launched]:
+    variants = {name: fault_variant(server) for name, server in servers.items()}
+    variants["stall"] = fault_variant(servers["stall"], read_timeout=1.0)
+
+    def route(target: str, **extra: Any) -> dict[str, Any]:
+        return {"targets": [{"variant": target}], **extra}
+
+    routes = {
+        "fallback": route("flaky", fallbacks=["good"]),
+        "retry": route("flaky_retry", retries=2),
+        "client-error": route("plain", fallbacks=["good"]),
+        "cut": route("cut", fallbacks=["good"]),
+        "stall": route("stall", fallbacks=["good"]),
+        "corrupt": route("corrupt", fallbacks=["good"]),
+    }
+    breaker = {"consecutive_failures": 3, "cooldown_s": 1.0}
+    config = write_config(
+        tmp_path_factory.mktemp("fallbacks") / "gateway.yaml", variants, routes, breaker=breaker
+    )
+    with running_gateway(config) as launched:
+        yield launched
+
+
+def _events(text: str) -> list[Any]:
+    found = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            payload = line[len("data: ") :]
+            found.append(payload if payload == "[DONE]" else orjson.loads(payload))
+    return found
+
+
+def _text(body: str, stream: bool) -> str:
+    if not stream:
+        return str(orjson.loads(body)["choices"][0]["message"]["content"])
+    events = [e for e in _events(body) if e != "[DONE]" and e.get("choices")]
+    return "".join(e["choices"][0]["delta"].get("content") or "" for e in events)
+
+
+def test_fallback_serves_and_the_breaker_skips_a_failing_variant(
+    gateway: Launched, servers: dict[str, FaultServer]
+) -> None:
+    flaky, good = servers["flaky"], servers["good"]
+    for stream in (False, True, False):
+        reply = chat(gateway.url, "fallback", stream=stream)
+        assert reply.status_code == 200
+        assert reply.headers["x-turnout-variant"] == "good"
+        assert _text(reply.text, stream) == "good answer"
+    assert flaky.stats()["requests"] == 3  # three consecutive failures: the circuit opens
+    assert metric_value(gateway.url, "turnout_circuit_open", variant="flaky") == 1
+    for _ in range(5):
+        assert chat(gateway.url, "fallback").headers["x-turnout-variant"] == "good"
+    assert flaky.stats()["requests"] == 3  # skipped while open
+    time.sleep(1.1)  # cooldown: one half-open probe goes to flaky, fails, and the circuit reopens
+    assert chat(gateway.url, "fallback").headers["x-turnout-variant"] == "good"
+    assert flaky.stats()["requests"] == 4
+    assert chat(gateway.url, "fallback").status_code == 200
+    assert flaky.stats()["requests"] == 4
+    assert metric_value(gateway.url, "turnout_attempts_failed_total", variant="flaky", status="502") == 4
+    assert good.stats()["requests"] >= 10
+
+
+def test_retries_try_the_same_variant_again_then_give_its_error(
+    gateway: Launched, servers: dict[str, FaultServer]
+) -> None:
+    reply = chat(gateway.url, "retry")
+    assert reply.status_code == 502  # the upstream's 5xx, as a bad gateway
+    assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+    assert servers["flaky_retry"].stats()["requests"] == 3
+
+
+def test_a_client_error_is_not_retried_or_failed_over(
+    gateway: Launched, servers: dict[str, FaultServer]
+) -> None:
+    before = servers["good"].stats()["requests"]
+    reply = chat(gateway.url, "client-error", x_fault="error=400")
+    assert reply.status_code == 400 and reply.headers["x-turnout-variant"] == "plain"
+    assert servers["good"].stats()["requests"] == before
+
+
+@pytest.mark.parametrize("route", ["cut", "stall", "corrupt"])
+def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_event(
+    gateway: Launched, servers: dict[str, FaultServer], route: str
+) -> None:
+    before = servers["good"].stats()["requests"]
+    started = time.perf_counter()
+    reply = chat(gateway.url, route, stream=True)
+    took = time.perf_counter() - started
+    assert reply.status_code == 200 and reply.headers["x-turnout-variant"] == route
+    events = _events(reply.text)
+    assert events[-1] == "[DONE]"
+    error = events[-2]["error"]
+    assert error["type"] == "upstream_error" and error["code"] in {"bad_gateway", "backend_timeout"}
+    assert any(e != "[DONE]" and e.get("choices") and e["choices"][0]["delta"].get("content") for e in events)
+    assert took < 4.0  # the 5 s stall ends at the 1 s read timeout, never a hang
+    assert servers["good"].stats()["requests"] == before  # no fallback once bytes reached the client
