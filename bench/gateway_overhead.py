@@ -214,14 +214,25 @@ def gateway(cmd: list[str], port: int, limit: float, env: dict[str, str] | None 
             out.close()  # type: ignore[union-attr]
 
 
-def turnout_cmd(fault_url: str, port: int, tmp: Path) -> list[str] | None:
+def turnout_cmd(fault_url: str, port: int, tmp: Path, shadow_rate: float | None = None) -> list[str] | None:
+    """Turnout on one variant; with ``shadow_rate``, an A/B split + fallback + a sampled shadow."""
     if not (ROOT / "serving" / "cli.py").exists():
         return None
-    config = tmp / "turnout.yaml"
-    config.write_text(
-        "variants:\n  fake:\n    kind: openai_http\n"
-        f"    base_url: {fault_url}/v1\n    model: {MODEL}\n    engine: vllm\n"
-        f"routes:\n  {MODEL}:\n    targets: [{{variant: fake}}]\n")
+    config = tmp / f"turnout-{port}.yaml"
+    names = ["fake"] if shadow_rate is None else ["fake", "fake-b", "fake-shadow"]
+    variants = "".join(
+        f"  {name}:\n    kind: openai_http\n    base_url: {fault_url}/v1\n"
+        f"    model: {MODEL}\n    engine: vllm\n"
+        for name in names
+    )
+    if shadow_rate is None:
+        route = "    targets: [{variant: fake}]\n"
+    else:
+        route = ("    targets: [{variant: fake, weight: 50}, {variant: fake-b, weight: 50}]\n"
+                 "    fallbacks: [fake-b]\n"
+                 f"    shadows: [{{variant: fake-shadow, sample_rate: {shadow_rate}}}]\n")
+    config.write_text(f"variants:\n{variants}routes:\n  {MODEL}:\n{route}"
+                      f"store:\n  url: sqlite:///{tmp / f'routes-{port}.db'}\n")
     exe = shutil.which("turnout")
     base = [exe] if exe else [sys.executable, "-m", "serving.cli"]
     return [*base, "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]

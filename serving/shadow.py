@@ -1,8 +1,8 @@
 """Shadow (mirror) traffic: a sampled copy of a request goes to a shadow variant on the side.
 
 ``serving.gateway`` calls :meth:`ShadowTee.mirror` when the routing decision samples a
-shadow, and later resolves the returned handle with the primary's answer. The shadow call
-runs as a detached task with its own timeout; at most ``max_in_flight`` run at once and
+shadow, and later resolves the returned handle with the primary's answer; the copy is sent
+then. The shadow call runs as a detached task with its own timeout; at most ``max_in_flight`` run at once and
 the rest are dropped (and counted), so a slow or dead shadow never delays, fails or
 changes the primary answer. Each finished pair is compared (``serving.routing.compare``)
 and recorded (``serving.shadow_recorder``, Prometheus counters).
@@ -24,7 +24,7 @@ from serving.shadow_recorder import ShadowRecorder
 
 log = logging.getLogger("turnout.shadow")
 
-# How long a shadow waits for the primary's answer after its own (a long stream, say).
+# How long a shadow waits for the primary's answer (a long stream, say) before giving up.
 _PRIMARY_WAIT_S = 600.0
 
 
@@ -76,6 +76,19 @@ class ShadowTee:
     ) -> None:
         tally = self.recorder.tally(route, shadow)
         counter = self._metrics.shadow
+        # The copy is sent once the primary has answered, so its work never competes with the
+        # primary's on a shared event loop or engine; both latencies are measured on their own.
+        try:
+            async with asyncio.timeout(_PRIMARY_WAIT_S):
+                reference = await primary
+        except (TimeoutError, asyncio.CancelledError):
+            tally.skipped += 1
+            counter.labels(route, shadow, "skipped").inc()
+            return
+        if reference.status == 499:  # the client hung up: nothing to compare against
+            tally.skipped += 1
+            counter.labels(route, shadow, "skipped").inc()
+            return
         started = self._clock()
         try:
             async with asyncio.timeout(timeout_s):
@@ -89,25 +102,11 @@ class ShadowTee:
             tally.errors += 1
             counter.labels(route, shadow, "error").inc()
             answer = Answer(exc.status, "", self._clock() - started)
-        except asyncio.CancelledError:
-            primary.cancel()
-            raise
         except Exception:
             log.exception("shadow %s of route %s failed", shadow, route)
             tally.errors += 1
             counter.labels(route, shadow, "error").inc()
             answer = Answer(500, "", self._clock() - started)
-        try:
-            async with asyncio.timeout(_PRIMARY_WAIT_S):
-                reference = await primary
-        except (TimeoutError, asyncio.CancelledError):
-            tally.skipped += 1
-            counter.labels(route, shadow, "skipped").inc()
-            return
-        if reference.status == 499:  # the client hung up: nothing to compare against
-            tally.skipped += 1
-            counter.labels(route, shadow, "skipped").inc()
-            return
         result_ = compare(reference, answer)
         self.recorder.compared(route, shadow, request.request_id, reference, answer, result_)
         counter.labels(route, shadow, "differ" if result_.differs else "match").inc()

@@ -29,3 +29,11 @@ def test_gateway_overhead_bench_prints_its_table() -> None:
     assert "added p50 (ms)" in out
     assert "c=32 throughput (req/s)" in out
     assert "targets (Turnout)" in out
+
+
+def test_control_plane_bench_prints_its_ratios() -> None:
+    out = run("bench/control_plane_overhead.py", "--quick")
+    assert "round 2/2" in out
+    for name in ("plain", "routed+shadow10%", "routed+shadow100%"):
+        assert any(line.startswith(name) and "x" in line for line in out.splitlines())
+    assert "target routed p50 <= 1.10x plain" in out
