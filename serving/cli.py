@@ -29,7 +29,11 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    app = create_app(config)
+    try:
+        app = create_app(config)
+    except ConfigError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 2
     uvicorn.run(
         app,
         host=host,

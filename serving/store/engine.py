@@ -16,6 +16,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
+from serving.errors import ConfigError
+
 # Execution option that marks a connection whose next transaction writes (SQLite: BEGIN IMMEDIATE).
 WRITE_OPTION = "turnout_write"
 
@@ -29,7 +31,18 @@ def open_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, a busy timeout and immediate write transactions."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url)
+        try:
+            return create_engine(url, pool_pre_ping=True)
+        except ModuleNotFoundError as exc:
+            hint = (
+                "pip install 'turnout[postgres]' and write the URL as postgresql+psycopg://…"
+                if parsed.get_backend_name() == "postgresql"
+                else ""
+            )
+            raise ConfigError(
+                f"store.url {parsed.render_as_string(hide_password=True)}: the database driver "
+                f"{exc.name!r} is not installed" + (f": {hint}" if hint else "")
+            ) from None
     if is_in_memory_sqlite(url):
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
         _take_over_sqlite_transactions(engine, wal=False)
