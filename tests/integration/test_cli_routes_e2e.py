@@ -89,6 +89,20 @@ def test_operator_walkthrough(gateway: Launched) -> None:
     assert chat(gateway.url, key="user-1").headers["x-turnout-variant"] == "a"
 
 
+def test_set_from_a_file_creates_and_replaces_routes(gateway: Launched, tmp_path: Path) -> None:
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text("targets: [{variant: b}]\nfallbacks: [a]\n")
+    created = routes(gateway, "set", "chat-b", "--file", str(spec_file), "--reason", "new route")
+    assert created.returncode == 0, created.stderr
+    assert chat(gateway.url, "chat-b").headers["x-turnout-variant"] == "b"
+    spec_file.write_text("targets: [{variant: c}]\n")
+    replaced = routes(gateway, "set", "chat-b", "--file", str(spec_file), "--if-match", "1")
+    assert replaced.returncode == 0, replaced.stderr
+    stale = routes(gateway, "set", "chat-b", "--file", str(spec_file), "--if-match", "1")
+    assert stale.returncode == 1 and "409" in stale.stderr
+    assert chat(gateway.url, "chat-b").headers["x-turnout-variant"] == "c"
+
+
 def test_errors_exit_non_zero_with_the_reason(gateway: Launched) -> None:
     unknown = routes(gateway, "weights", "chat", "a=50", "nope=50")
     assert unknown.returncode == 1 and "unknown variant 'nope'" in unknown.stderr
