@@ -72,6 +72,8 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     }
     metrics = GatewayMetrics(engine_stats=_engine_stats(backends))
     for name, backend in backends.items():
+        info = backend.info
+        metrics.variant_info.labels(name, info.kind, info.engine, info.vendor, info.accelerator).set(1)
         hook = getattr(backend, "set_batch_observer", None)
         if callable(hook):
             hook(metrics.batch_observer(name))

@@ -128,6 +128,12 @@ class GatewayMetrics:
             ["route", "action"],
             registry=self.registry,
         )
+        self.variant_info = Gauge(
+            "turnout_variant_info",
+            "1 per variant; its labels say what serves it (join on variant)",
+            ["variant", "kind", "engine", "vendor", "accelerator"],
+            registry=self.registry,
+        )
         if engine_stats is not None:
             self.registry.register(_EngineCollector(engine_stats))
 
