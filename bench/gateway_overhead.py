@@ -232,7 +232,8 @@ def turnout_cmd(fault_url: str, port: int, tmp: Path, shadow_rate: float | None 
                  "    fallbacks: [fake-b]\n"
                  f"    shadows: [{{variant: fake-shadow, sample_rate: {shadow_rate}}}]\n")
     config.write_text(f"variants:\n{variants}routes:\n  {MODEL}:\n{route}"
-                      f"store:\n  url: sqlite:///{tmp / f'routes-{port}.db'}\n")
+                      f"store:\n  url: sqlite:///{tmp / f'routes-{port}.db'}\n"
+                      "auth:\n  anonymous_clients: true\n")
     exe = shutil.which("turnout")
     base = [exe] if exe else [sys.executable, "-m", "serving.cli"]
     return [*base, "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]

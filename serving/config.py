@@ -52,8 +52,9 @@ class StoreSettings(BaseModel):
 class AuthSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Serve clients without a known API key (unknown keys count as anonymous).
-    anonymous_clients: bool = True
+    # Serve clients without a known API key (unknown keys count as anonymous). Off unless the
+    # config says so; the built-in default config (``turnout serve`` with no file) says so.
+    anonymous_clients: bool = False
     # An environment variable whose value, when set, is accepted as an admin token.
     admin_token_env: str = "TURNOUT_ADMIN_TOKEN"
 
@@ -109,13 +110,13 @@ class GatewayConfig(BaseModel):
 
 
 def default_config() -> GatewayConfig:
-    """The shipped model in fp32, int8 and int4, one public name each."""
+    """The shipped model in fp32, int8 and int4, one public name each, open to any client."""
     names = {"fp32": DEFAULT_MODEL, "int8": f"{DEFAULT_MODEL}-int8", "int4": f"{DEFAULT_MODEL}-int4"}
     variants: dict[str, EmbeddedSettings] = {
         name: EmbeddedSettings(precision=precision) for precision, name in names.items()
     }
     routes = {name: RouteSpec(targets=[WeightedTarget(variant=name)]) for name in names.values()}
-    return GatewayConfig(variants=variants, routes=routes)
+    return GatewayConfig(variants=variants, routes=routes, auth=AuthSettings(anonymous_clients=True))
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:

@@ -38,6 +38,7 @@ def write_config(path: Path, variants: dict[str, Any], routes: dict[str, Any], *
         "variants": variants,
         "routes": routes,
         "store": {"url": f"sqlite:///{path.parent / 'routes.db'}", "poll_interval_s": 0.1},
+        "auth": {"anonymous_clients": True},
         **sections,
     }
     path.write_text(yaml.safe_dump(config))

@@ -146,6 +146,7 @@ def tiny_queue_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         "routes:\n"
         "  small:\n"
         "    targets: [{variant: small}]\n"
+        "auth: {anonymous_clients: true}\n"
     )
     with gateway_process(Path(config)) as gateway:
         yield gateway.url
@@ -178,6 +179,7 @@ def sampling_model_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     config.write_text(
         f"variants:\n  s: {{kind: embedded, model_dir: {folder}}}\n"
         "routes:\n  s: {targets: [{variant: s}]}\n"
+        "auth: {anonymous_clients: true}\n"
     )
     with gateway_process(config) as gateway:
         yield gateway.url

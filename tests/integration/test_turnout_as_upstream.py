@@ -35,6 +35,7 @@ def relay_url(gateway_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "routes:\n"
         "  relay: {targets: [{variant: upstream}]}\n"
         "  broken: {targets: [{variant: missing}]}\n"
+        "auth: {anonymous_clients: true}\n"
     )
     with gateway_process(Path(config)) as gateway:
         yield gateway.url
