@@ -1,5 +1,6 @@
 """The ``turnout`` command: ``serve`` runs the gateway, ``model build`` re-creates the shipped model,
-``routes`` changes a running gateway's routes (admin API), ``keys`` manages API keys (store).
+``routes`` changes a running gateway's routes (admin API), ``keys`` manages API keys (store),
+``plan`` and ``deploy validate`` size and check a variant spec before launch (``deploy.cli``).
 
 ``turnout serve`` with no arguments serves the project's own model (fp32, int8, int4)
 on 127.0.0.1:8000 with the embedded CPU engine; ``--config gateway.yaml`` declares
@@ -79,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_routes.register(commands)
     cli_keys.register(commands)
+    from deploy import cli as deploy_cli  # argparse only; the deploy modules load in run()
+
+    deploy_cli.register(commands)
     return parser
 
 
@@ -93,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         return cli_routes.run(args)
     if args.command == "keys":
         return cli_keys.run(args)
+    if args.command in ("plan", "deploy"):
+        from deploy import cli as deploy_cli
+
+        return deploy_cli.run(args)
     return 2
 
 

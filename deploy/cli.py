@@ -1,0 +1,131 @@
+"""``turnout plan`` and ``turnout deploy …``: check and size a variant spec before launch.
+
+Off the request path: operator commands, hooked into ``serving.cli`` by ``register`` (argparse
+only, so ``turnout --help`` stays fast) and ``run`` (which imports the deploy modules lazily).
+
+- ``turnout plan SPEC [--accelerators a,b] [--context N] [--prices FILE] [--png OUT] [--json]``:
+  the spec planned on each accelerator (default: the whole catalog). Prices come from ``--prices``,
+  else the file in ``$TURNOUT_PRICES_FILE``, else the catalog defaults.
+- ``turnout deploy validate SPEC``: ``ok: NAME (ID)``, or the problems and exit status 1.
+
+Another ``deploy`` sub-command (``render``) adds its parser in ``register`` and its handler to
+``_DEPLOY_HANDLERS``.
+
+Exit status: 0 ok, 1 the spec is valid but would not deploy (validate), 2 an unreadable or
+malformed spec, prices file or argument (the message names file, field and reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from deploy.accelerators import Accelerator
+
+COMMANDS = ("plan", "deploy")
+PRICES_ENV = "TURNOUT_PRICES_FILE"  # the same name as deploy.accelerators.PRICES_ENV
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``plan`` and ``deploy`` (with ``validate``) to the ``turnout`` parser."""
+    plan = commands.add_parser(
+        "plan", help="size a variant spec on each accelerator (fits, KV cache, rooflines, cost)"
+    )
+    plan.add_argument("spec", type=Path, help="variant spec YAML")
+    plan.add_argument(
+        "--accelerators", help="comma-separated catalog names (default: every accelerator in the catalog)"
+    )
+    plan.add_argument("--context", type=int, help="tokens per sequence (default: the spec's max_model_len)")
+    plan.add_argument(
+        "--prices",
+        type=Path,
+        help=f"YAML of accelerator name → USD per device-hour (default: ${PRICES_ENV}, else the catalog)",
+    )
+    plan.add_argument("--png", type=Path, help="also write a bar chart here (needs turnout[report])")
+    plan.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    deploy = commands.add_parser("deploy", help="variant specs: validate (before launch)")
+    sub = deploy.add_subparsers(dest="deploy_command", required=True)
+    validate = sub.add_parser("validate", help="check a variant spec: parallelism, support, memory fit")
+    validate.add_argument("spec", type=Path, help="variant spec YAML")
+
+
+def _fail(message: str) -> int:
+    print(f"turnout: {message}", file=sys.stderr)
+    return 2
+
+
+def _catalog(prices_file: Path | None) -> dict[str, Accelerator]:
+    from deploy import accelerators
+
+    table = accelerators.catalog()
+    from_env = os.environ.get(PRICES_ENV)
+    source = prices_file or (Path(from_env) if from_env else None)
+    return table if source is None else accelerators.with_prices(table, accelerators.load_prices(source))
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from deploy import accelerators
+    from deploy.plan_table import as_json, format_table, plan_all
+    from deploy.spec import SpecError, load_spec
+
+    if args.context is not None and args.context < 1:
+        return _fail("--context: expected a positive number of tokens")
+    try:
+        catalog = _catalog(args.prices)
+        spec = load_spec(args.spec)
+        wanted = [n.strip() for n in args.accelerators.split(",") if n.strip()] if args.accelerators else None
+        chosen = [accelerators.get(name, catalog) for name in wanted] if wanted else list(catalog.values())
+        longest = spec.max_model_len()
+        if args.context is not None and args.context > longest:
+            return _fail(f"--context: {args.context} exceeds the spec's max_model_len {longest}")
+        rows = plan_all(spec, chosen, args.context, catalog)
+    except (SpecError, accelerators.PricesError) as exc:
+        return _fail(str(exc))
+    except accelerators.UnknownAccelerator as exc:
+        return _fail(f"--accelerators: {exc}")
+    print(json.dumps(as_json(spec, rows), indent=2) if args.json else format_table(spec, rows))
+    if args.png:
+        from deploy.plan_chart import ChartUnavailable, write_chart
+
+        try:
+            write_chart(rows, args.png, f"{spec.name}: {spec.facts().name} at {rows[0].context} tokens")
+        except ChartUnavailable as exc:
+            return _fail(str(exc))
+        print(f"chart: {args.png}", file=sys.stderr)
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from deploy.spec import SpecError, load_spec
+    from deploy.validate import problems
+
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        return _fail(str(exc))
+    found = problems(spec)
+    if not found:
+        print(f"ok: {spec.name} ({spec.id})")
+        return 0
+    print(f"{args.spec}: {spec.name} ({spec.id}) would not deploy:")
+    for problem in found:
+        print(f"  {problem}")
+    return 1
+
+
+_DEPLOY_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {"validate": _validate}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a command ``register`` added; returns the exit status."""
+    if args.command == "plan":
+        return _plan(args)
+    if args.command == "deploy" and args.deploy_command in _DEPLOY_HANDLERS:
+        return _DEPLOY_HANDLERS[args.deploy_command](args)
+    return 2

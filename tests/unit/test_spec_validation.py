@@ -1,0 +1,162 @@
+"""Validation: parallelism, engine × vendor × quantization support, and memory fit, with named fields."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy.spec import SpecError, VariantSpec, load_spec, parse_spec
+from deploy.validate import check, problems
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+BASE: dict[str, Any] = {
+    "name": "llama",
+    "model": {"architecture": "llama-3-8b"},
+    "engine": "vllm",
+    "vendor": "nvidia",
+    "accelerator": "h100-80gb",
+    "kv_cache": {"max_model_len": 8192},
+}
+
+
+def spec(**changes: Any) -> VariantSpec:
+    return parse_spec({**BASE, **changes})
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_are_valid(path: Path) -> None:
+    assert problems(load_spec(path)) == []
+
+
+def test_the_required_examples_exist() -> None:
+    names = {p.name for p in EXAMPLES.glob("*.yaml")}
+    assert {
+        "tiny-cpu.yaml", "llama3-8b-h100-fp8kv.yaml", "llama3-70b-h100-tp4.yaml",
+        "llama3-70b-mi300x-tp2.yaml", "llama3-8b-awq.yaml", "llama3-8b-tpu-v5e.yaml",
+    } <= names  # fmt: skip
+
+
+def only(found: list[str], field: str) -> str:
+    """The single problem about ``field`` (fails when there is none or several)."""
+    matching = [p for p in found if p.startswith(f"{field}: ")]
+    assert len(matching) == 1, found
+    return matching[0]
+
+
+def test_tp_must_divide_attention_heads() -> None:
+    found = problems(spec(model={"architecture": "llama-3-70b"}, tensor_parallel=3, device_count=3))
+    assert "tensor_parallel: 3 does not divide the 64 attention heads of llama-3-70b" in found
+    assert "tensor_parallel: 3 does not divide the 8 KV heads of llama-3-70b" in found
+
+
+def test_kv_heads_are_replicated_when_tp_exceeds_them() -> None:
+    # Llama-3-8B: 32 heads, 8 KV heads. TP 16 replicates each KV head on 2 devices (vLLM does).
+    assert not [p for p in problems(spec(tensor_parallel=16, device_count=16)) if "heads" in p]
+    # Qwen2.5-7B: 28 heads, 4 KV heads; TP 7 divides the heads but is no multiple of 4.
+    found = problems(spec(model={"architecture": "qwen2.5-7b"}, tensor_parallel=7, device_count=7))
+    assert "cannot be replicated evenly" in only(found, "tensor_parallel")
+
+
+def test_device_count_is_tp_times_pp() -> None:
+    found = problems(spec(tensor_parallel=2, pipeline_parallel=2, device_count=2))
+    assert only(found, "device_count") == "device_count: 2 must equal tensor_parallel × pipeline_parallel = 4"
+    assert problems(spec(tensor_parallel=2, pipeline_parallel=2, device_count=4)) == []
+
+
+def test_fp8_kv_cache_on_a100() -> None:
+    found = problems(spec(accelerator="a100-80gb", kv_cache={"dtype": "fp8", "max_model_len": 8192}))
+    assert found == [
+        "kv_cache.dtype: fp8 KV cache needs Hopper, Ada or MI300-class hardware; a100-80gb is ampere"
+    ]
+
+
+def test_fp8_weights_need_fp8_compute() -> None:
+    assert "fp8 compute" in only(problems(spec(accelerator="a100-80gb", quantization="fp8")), "quantization")
+    assert problems(spec(accelerator="l40s", quantization="fp8")) == []
+    assert problems(spec(accelerator="mi300x", vendor="amd", quantization="fp8")) == []
+
+
+def test_cuda_graphs_on_tpu() -> None:
+    tpu = {"accelerator": "tpu-v5e", "vendor": "google", "tensor_parallel": 4, "device_count": 4}
+    found = problems(spec(**tpu, cuda_graphs={"enabled": True}))
+    assert found == ["cuda_graphs.enabled: CUDA graphs do not exist on tpu-v5e (google)"]
+
+
+def test_awq_on_tpu() -> None:
+    tpu = {"accelerator": "tpu-v6e", "vendor": "google"}
+    found = problems(spec(**tpu, quantization="awq-int4"))
+    assert found == ["quantization: awq-int4 has no kernels on tpu-v6e (tpu-v6e)"]
+
+
+def test_70b_fp16_on_one_h100_gives_the_numbers() -> None:
+    found = problems(spec(model={"architecture": "llama-3-70b"}, dtype="fp16"))
+    message = only(found, "memory")
+    numbers = re.fullmatch(
+        r"memory: needs ([\d.]+) GiB per device: weights ([\d.]+) \+ KV ([\d.]+) \(one 8192-token sequence\) "
+        r"\+ overhead ([\d.]+); NVIDIA H100 80GB SXM 79.6 GiB × 0.90 = ([\d.]+) GiB available",
+        message,
+    )
+    assert numbers, message
+    needed, weights, kv, overhead, available = map(float, numbers.groups())
+    assert weights == 131.4  # 70.55e9 params × 2 bytes = 141.1 GB
+    assert kv == 2.5  # 8192 tokens × 320 KiB
+    assert needed == pytest.approx(weights + kv + overhead, abs=0.15)
+    assert available == 71.6
+
+
+def test_engine_vendor_matrix() -> None:
+    amd = {"accelerator": "mi300x", "vendor": "amd"}
+    assert "runs only on nvidia" in only(problems(spec(**amd, engine="trtllm")), "engine")
+    assert "runs only on nvidia" in only(problems(spec(**amd, engine="triton-vllm")), "engine")
+    assert problems(spec(**amd)) == []
+    assert "vendor: amd does not match" in only(problems(spec(vendor="amd")), "vendor")
+
+
+def test_ort_quantization_only_on_onnxruntime_genai() -> None:
+    assert "only on the onnxruntime-genai engine" in only(
+        problems(spec(quantization="ort-int4")), "quantization"
+    )
+    cpu = {"engine": "onnxruntime-genai", "vendor": "cpu", "accelerator": "cpu-x86", "dtype": "fp32"}
+    assert problems(spec(**cpu, quantization="ort-int8")) == []
+    found = problems(spec(**cpu, quantization="awq-int4", kv_cache={"prefix_caching": True}))
+    assert "onnxruntime-genai takes none, ort-int8, ort-int4" in only(found, "quantization")
+    assert only(found, "kv_cache.prefix_caching")
+    assert "fp32 activations" in only(problems(spec(**{**cpu, "dtype": "bf16"})), "dtype")
+
+
+def test_tpu_rules() -> None:
+    tpu = {"accelerator": "tpu-v5e", "vendor": "google"}
+    assert "bf16, not fp16" in only(problems(spec(**tpu, dtype="fp16")), "dtype")
+    found = problems(spec(**tpu, tensor_parallel=2, device_count=2))
+    assert "1 (1x1), 4 (2x2), 8 (2x4)" in only(found, "device_count")
+
+
+def test_limits() -> None:
+    assert "exceeds the max context 8192" in only(
+        problems(spec(kv_cache={"max_model_len": 16384})), "kv_cache.max_model_len"
+    )
+    found = problems(
+        spec(batching={"max_num_seqs": 8}, cuda_graphs={"enabled": True, "capture_sizes": [1, 16]})
+    )
+    assert "16 exceeds batching.max_num_seqs 8" in only(found, "cuda_graphs.capture_sizes")
+    assert only(problems(spec(cuda_graphs={"capture_sizes": [1, 2]})), "cuda_graphs.capture_sizes")
+    assert only(problems(spec(batching={"max_queue_delay_us": 100})), "batching.max_queue_delay_us")
+    assert only(problems(spec(batching={"max_num_batched_tokens": 64})), "batching.max_num_batched_tokens")
+
+
+def test_check_raises_with_every_problem() -> None:
+    bad = spec(accelerator="a100-80gb", quantization="fp8", kv_cache={"dtype": "fp8", "max_model_len": 8192})
+    with pytest.raises(SpecError) as caught:
+        check(bad)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == f"llama ({bad.id}): 2 problem(s)"
+    assert lines[1].startswith("  quantization: ") and lines[2].startswith("  kv_cache.dtype: ")
+    check(spec())  # a valid spec passes silently
+
+
+def test_unreadable_model_is_a_problem(tmp_path: Path) -> None:
+    found = problems(spec(model={"path": str(tmp_path)}))
+    assert len(found) == 1 and found[0].startswith("model.path: ")
