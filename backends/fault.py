@@ -24,7 +24,10 @@ server's default script. A script is comma-separated directives::
     close              answer, then close the connection (as an idle timeout would)
 
 "refuse" is simply a port where nothing listens. ``GET /stats`` counts requests and
-connections (``POST /stats/reset`` zeroes them); ``GET /health`` answers 200.
+connections (``POST /stats/reset`` zeroes them); ``GET /health`` answers 200. ``GET /metrics``
+answers Prometheus text in vLLM's names (``vllm:num_requests_waiting``, ``..._running``,
+``vllm:kv_cache_usage_perc``), with the values ``POST /load?waiting=N&running=M&kv=F`` set
+(any subset; all 0 at start), so balancing tests can make one replica look loaded.
 Run it with ``python -m backends.fault --port P``; tests use :class:`FaultServer`.
 """
 
@@ -41,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -212,6 +216,17 @@ class FaultServer:
         req = urllib.request.Request(self.url + "/stats/reset", data=b"", method="POST")
         with urllib.request.urlopen(req, timeout=5.0):
             pass
+
+    def set_load(
+        self, *, waiting: float | None = None, running: float | None = None, kv: float | None = None
+    ) -> dict[str, float]:
+        """Set what ``GET /metrics`` reports (fields left None keep their value)."""
+        fields = {"waiting": waiting, "running": running, "kv": kv}
+        query = urllib.parse.urlencode({k: v for k, v in fields.items() if v is not None})
+        req = urllib.request.Request(f"{self.url}/load?{query}", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=5.0) as resp:
+            result: dict[str, float] = orjson.loads(resp.read())
+            return result
 
     def stop(self) -> None:
         if self.proc is not None:

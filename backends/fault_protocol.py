@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import socket
 import time
+import urllib.parse
 from collections import deque
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -121,6 +122,20 @@ class Stats:
         )
 
 
+_METRICS_TEMPLATE = (
+    "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+    "# TYPE vllm:num_requests_waiting gauge\n"
+    'vllm:num_requests_waiting{{engine="0",model_name="{model}"}} {waiting}\n'
+    "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+    "# TYPE vllm:num_requests_running gauge\n"
+    'vllm:num_requests_running{{engine="0",model_name="{model}"}} {running}\n'
+    "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+    "# TYPE vllm:kv_cache_usage_perc gauge\n"
+    'vllm:kv_cache_usage_perc{{engine="0",model_name="{model}"}} {kv}\n'
+)
+_LOAD_FIELDS = {"waiting": float, "running": float, "kv": float}
+
+
 class FaultApp:
     """Server-wide settings and counters, shared by every connection."""
 
@@ -133,6 +148,8 @@ class FaultApp:
         self.chunks = chunks
         self.model = model
         self.stats = Stats()
+        # What ``GET /metrics`` reports, in vLLM's names; ``POST /load?waiting=&running=&kv=`` sets it.
+        self.load: dict[str, float] = {"waiting": 0.0, "running": 0.0, "kv": 0.0}
         self.conns: set[asyncio.Transport] = set()
         self.models_body = orjson.dumps(
             {
@@ -140,6 +157,18 @@ class FaultApp:
                 "data": [{"id": model, "object": "model", "created": int(time.time()), "owned_by": "fault"}],
             }
         )
+
+    def metrics_body(self) -> bytes:
+        return _METRICS_TEMPLATE.format(model=self.model, **self.load).encode()
+
+    def set_load(self, query: bytes) -> bytes:
+        """Apply ``waiting=N&running=M&kv=F`` (any subset); raises ValueError on a bad field."""
+        for key, value in urllib.parse.parse_qsl(query.decode(), strict_parsing=bool(query)):
+            convert = _LOAD_FIELDS.get(key)
+            if convert is None:
+                raise ValueError(f"unknown load field {key!r}")
+            self.load[key] = convert(value)
+        return orjson.dumps(self.load)
 
 
 @dataclass(slots=True)
@@ -150,6 +179,7 @@ class _Request:
     body: bytes
     keep_alive: bool
     hang_up: bool = False  # close after answering, without saying so (``close``)
+    query: bytes = b""
 
     @property
     def reuse(self) -> bool:
@@ -242,8 +272,10 @@ class FaultConnection(asyncio.Protocol):
         self.body.append(body)
 
     def on_message_complete(self) -> None:
-        path = self.url.split(b"?", 1)[0]
-        req = _Request(self.parser.get_method(), path, self.headers, b"".join(self.body), self.keep_alive)
+        path, _, query = self.url.partition(b"?")
+        req = _Request(
+            self.parser.get_method(), path, self.headers, b"".join(self.body), self.keep_alive, query=query
+        )
         if self.task is not None or self.queue:
             self.queue.append(req)
         else:
@@ -289,6 +321,15 @@ class FaultConnection(asyncio.Protocol):
             body = app.stats.as_json()
         elif req.method == b"POST" and req.path == b"/stats/reset":
             app.stats.reset()
+        elif req.method == b"GET" and req.path == b"/metrics":
+            ctype = b"text/plain; version=0.0.4; charset=utf-8"
+            self._write(_response(200, app.metrics_body(), req.keep_alive, ctype), req.keep_alive)
+            return
+        elif req.method == b"POST" and req.path == b"/load":
+            try:
+                body = app.set_load(req.query)
+            except ValueError as exc:
+                status, body = 400, _error_body(400, str(exc))
         else:
             status, body = 404, _error_body(404, "no such route")
         self._write(_response(status, body, req.keep_alive), req.keep_alive)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
 Vendor = Literal["nvidia", "amd", "google", "intel", "cpu"]
 
@@ -46,8 +46,23 @@ class TimeoutSettings(StrictModel):
     pool: Annotated[float, Field(gt=0)] = 5.0
 
 
+class BalanceSettings(StrictModel):
+    """How a variant with ``replicas`` spreads requests (``serving/routing/balance.py``)."""
+
+    policy: Literal["least_loaded", "power_of_two"] = "power_of_two"
+    # How often each replica's own /metrics is scraped (``backends/load_probe.py``).
+    probe_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    probe_timeout_s: Annotated[float, Field(gt=0, le=60)] = 0.5
+    # Where the metrics live, relative to the server root (base_url without its /v1).
+    metrics_path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
+
+
 class OpenAIHttpSettings(StrictModel):
-    """Any OpenAI-compatible server: vLLM (CUDA/ROCm/TPU/CPU), trtllm-serve, SGLang."""
+    """Any OpenAI-compatible server: vLLM (CUDA/ROCm/TPU/CPU), trtllm-serve, SGLang.
+
+    ``replicas`` lists more servers of the same model; with any, the variant becomes a
+    load-aware replica set (``backends/replica_set.py``) whose replica 0 is ``base_url``.
+    """
 
     kind: Literal["openai_http"] = "openai_http"
     base_url: HttpUrl  # e.g. http://127.0.0.1:8001/v1
@@ -57,7 +72,16 @@ class OpenAIHttpSettings(StrictModel):
     accelerator: str = "unknown"
     api_key: str | None = None
     timeouts: TimeoutSettings = TimeoutSettings()
-    max_connections: Annotated[int, Field(ge=1)] = 256
+    max_connections: Annotated[int, Field(ge=1)] = 256  # per replica
+    replicas: tuple[HttpUrl, ...] = ()
+    balance: BalanceSettings = BalanceSettings()
+
+    @model_validator(mode="after")
+    def _distinct_replicas(self) -> OpenAIHttpSettings:
+        urls = [str(url).rstrip("/") for url in (self.base_url, *self.replicas)]
+        if len(set(urls)) != len(urls):
+            raise ValueError("base_url and replicas must all be different servers")
+        return self
 
 
 VariantSettings = Annotated[EmbeddedSettings | OpenAIHttpSettings, Field(discriminator="kind")]

@@ -35,6 +35,7 @@ def config_yaml(max_batch_size: int) -> str:
         ]
     lines.append("routes:")
     lines += [f"  {p}: {{targets: [{{variant: {p}}}]}}" for p in PRECISIONS]
+    lines += ["auth: {anonymous_clients: true}", 'store: {url: "sqlite://"}']  # no state left behind
     return "\n".join(lines) + "\n"
 
 

@@ -26,7 +26,7 @@ from serving.canary_controller import CanaryController
 from serving.config import GatewayConfig, default_config
 from serving.errors import TurnoutError
 from serving.gateway import Gateway
-from serving.metrics import GatewayMetrics
+from serving.metrics import GatewayMetrics, ReplicaFigures, ReplicaStats
 from serving.route_sync import RouteSync
 from serving.shadow import ShadowTee
 from serving.shadow_recorder import ShadowRecorder
@@ -40,6 +40,20 @@ def _engine_stats(backends: Mapping[str, Backend]) -> Callable[[], dict[str, dic
             stats = getattr(backend, "engine_stats", None)
             if callable(stats):
                 found[name] = stats()
+        return found
+
+    return collect
+
+
+def _replica_stats(backends: Mapping[str, Backend]) -> ReplicaStats | None:
+    """Per-replica figures of the replica-set variants; None (no gauges at all) if there are none."""
+    readers = {name: getattr(backend, "replica_stats", None) for name, backend in backends.items()}
+    sets = {name: read for name, read in readers.items() if callable(read)}
+    if not sets:
+        return None
+
+    def collect() -> dict[str, list[ReplicaFigures]]:
+        found: dict[str, list[ReplicaFigures]] = {name: read() for name, read in sets.items()}
         return found
 
     return collect
@@ -70,7 +84,7 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     backends: dict[str, Backend] = {
         name: build_backend(name, settings) for name, settings in config.variants.items()
     }
-    metrics = GatewayMetrics(engine_stats=_engine_stats(backends))
+    metrics = GatewayMetrics(engine_stats=_engine_stats(backends), replica_stats=_replica_stats(backends))
     for name, backend in backends.items():
         info = backend.info
         metrics.variant_info.labels(name, info.kind, info.engine, info.vendor, info.accelerator).set(1)

@@ -1,13 +1,15 @@
 """Prometheus metrics for the gateway, one registry per app.
 
 Written by ``serving.gateway`` (per request: count, latency, TTFT, tokens) and by the
-embedded engine's batcher (batch sizes); queue depth and engine token counts are read
-from the backends at scrape time. Served on ``/metrics`` by ``serving.api.health``.
+embedded engine's batcher (batch sizes); queue depth and engine token counts, and the
+per-replica load of replica-set variants (``backends/replica_set.py``), are read from the
+backends at scrape time. Served on ``/metrics`` by ``serving.api.health``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -60,8 +62,69 @@ class _EngineCollector(Collector):
         yield generated
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaFigures:
+    """One replica of a replica-set variant, as its gauges show it (None: not known)."""
+
+    replica: str
+    url: str
+    healthy: bool
+    in_flight: int
+    picked: int
+    waiting: float | None = None
+    running: float | None = None
+    kv_usage: float | None = None
+
+
+ReplicaStats = Callable[[], Mapping[str, Sequence[ReplicaFigures]]]
+
+_REPLICA_GAUGES = (
+    ("turnout_backend_requests_waiting", "Requests waiting in a replica's engine queue (its own metrics)"),
+    ("turnout_backend_requests_running", "Requests a replica's engine is running (its own metrics)"),
+    ("turnout_backend_kv_cache_usage", "Fraction of a replica's KV cache in use (its own metrics)"),
+    ("turnout_backend_in_flight", "Requests this gateway has in flight to a replica"),
+    ("turnout_backend_healthy", "1 while a replica answers its probes and calls, else 0"),
+)
+
+
+class _ReplicaCollector(Collector):
+    """Per-replica load of replica-set variants (variant → replicas), read at scrape time."""
+
+    def __init__(self, stats: ReplicaStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["variant", "replica"]
+        waiting, running, kv, in_flight, healthy = (
+            GaugeMetricFamily(name, doc, labels=labels) for name, doc in _REPLICA_GAUGES
+        )
+        picked = CounterMetricFamily(
+            "turnout_backend_replica_requests", "Requests sent to a replica (retries included)", labels=labels
+        )
+        info = GaugeMetricFamily(
+            "turnout_backend_replica_info", "1 per replica; its URL", labels=[*labels, "url"]
+        )
+        for variant, replicas in self._stats().items():
+            for figures in replicas:
+                key = [variant, figures.replica]
+                for family, value in (
+                    (waiting, figures.waiting),
+                    (running, figures.running),
+                    (kv, figures.kv_usage),
+                ):
+                    if value is not None:
+                        family.add_metric(key, value)
+                in_flight.add_metric(key, figures.in_flight)
+                healthy.add_metric(key, 1.0 if figures.healthy else 0.0)
+                picked.add_metric(key, figures.picked)
+                info.add_metric([*key, figures.url], 1.0)
+        yield from (waiting, running, kv, in_flight, healthy, picked, info)
+
+
 class GatewayMetrics:
-    def __init__(self, engine_stats: EngineStats | None = None) -> None:
+    def __init__(
+        self, engine_stats: EngineStats | None = None, replica_stats: ReplicaStats | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         labels = ["route", "variant", "endpoint"]
         self.requests = Counter(
@@ -136,6 +199,8 @@ class GatewayMetrics:
         )
         if engine_stats is not None:
             self.registry.register(_EngineCollector(engine_stats))
+        if replica_stats is not None:
+            self.registry.register(_ReplicaCollector(replica_stats))
 
     def batch_observer(self, variant: str) -> Callable[[int], None]:
         child = self.batch_size.labels(variant)

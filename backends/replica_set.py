@@ -1,0 +1,180 @@
+"""A variant served by several OpenAI-compatible replicas: pick one per request, by load.
+
+It sits where a single adapter would, between ``serving.gateway`` and the engines, behind
+the same :class:`~backends.base.Backend` protocol; ``backends.registry`` builds it only
+for a variant with ``replicas`` (one without keeps the bare :class:`OpenAIHttpBackend`).
+It holds one :class:`OpenAIHttpBackend` per replica. Per request it asks the pure policy
+(``serving.routing.balance.choose``) with each replica's in-flight count, kept here, and
+the engine figures ``backends.load_probe`` last scraped, then calls that replica.
+
+A replica that cannot be reached (:class:`BackendUnavailable`) is marked unhealthy until
+a probe that started after the failure reaches it again, and the request is sent once
+more to another replica, before the first byte only. Everything else (4xx, 5xx,
+timeouts, failures mid-stream) is the gateway's to handle: retries, fallbacks, breakers.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from pydantic import HttpUrl
+
+from backends.base import BackendInfo, Chunk, Completion, GenerateRequest
+from backends.load_probe import EngineLoad, LoadProbe, metrics_url
+from backends.openai_http import OpenAIHttpBackend
+from backends.settings import OpenAIHttpSettings
+from serving.errors import BackendUnavailable
+from serving.metrics import ReplicaFigures
+from serving.routing.balance import ReplicaLoad, choose
+
+
+def _one_server(settings: OpenAIHttpSettings, url: HttpUrl) -> OpenAIHttpSettings:
+    return settings.model_copy(update={"base_url": url, "replicas": ()})
+
+
+@dataclass(slots=True)
+class _Replica:
+    backend: OpenAIHttpBackend
+    url: str
+    healthy: bool = True
+    down_since: float = float("-inf")  # monotonic time it was marked down by a failed call
+    in_flight: int = 0
+    picked: int = 0
+    load: EngineLoad | None = None
+
+    def view(self, index: int) -> ReplicaLoad:
+        load = self.load
+        if load is None:
+            return ReplicaLoad(index, self.healthy, self.in_flight)
+        return ReplicaLoad(index, self.healthy, self.in_flight, load.waiting, load.running, load.kv_usage)
+
+
+class ReplicaSetBackend:
+    """One variant, several servers of the same model; the least loaded healthy one serves."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: OpenAIHttpSettings,
+        *,
+        draw: Callable[[], float] = random.random,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self.replicas = [
+            _Replica(OpenAIHttpBackend(f"{name}[{i}]", _one_server(settings, url)), str(url))
+            for i, url in enumerate((settings.base_url, *settings.replicas))
+        ]
+        urls = [replica.url for replica in self.replicas]
+        self.info: BackendInfo = self.replicas[0].backend.info
+        self.policy = settings.balance.policy
+        self._draw = draw
+        balance = settings.balance
+        probe_args = {} if clock is None else {"clock": clock}
+        self.probe = LoadProbe(
+            [metrics_url(url, balance.metrics_path) for url in urls],
+            balance.probe_interval_s,
+            balance.probe_timeout_s,
+            self._probed,
+            **probe_args,
+        )
+
+    # ---- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        for replica in self.replicas:
+            await replica.backend.start()
+        await self.probe.start()
+
+    async def close(self) -> None:
+        await self.probe.close()
+        for replica in self.replicas:
+            await replica.backend.close()
+
+    def ready(self) -> bool:
+        return any(replica.backend.ready() for replica in self.replicas)
+
+    # ---- health and load -----------------------------------------------------------
+
+    def _probed(self, index: int, load: EngineLoad | None, started: float) -> None:
+        replica = self.replicas[index]
+        if load is None:
+            replica.healthy, replica.load = False, None
+        elif started > replica.down_since:  # a probe older than the failure proves nothing
+            replica.healthy, replica.load = True, load
+
+    def _mark_down(self, index: int) -> None:
+        replica = self.replicas[index]
+        replica.healthy, replica.load = False, None
+        replica.down_since = self.probe.clock()
+
+    def pick(self, exclude: int | None = None) -> int:
+        loads = [r.view(i) for i, r in enumerate(self.replicas) if i != exclude]
+        index = choose(loads, self.policy, (self._draw(), self._draw()))
+        self.replicas[index].picked += 1
+        return index
+
+    def replica_stats(self) -> list[ReplicaFigures]:
+        """Per-replica figures for Turnout's ``/metrics`` (read at scrape time)."""
+        figures = []
+        for i, replica in enumerate(self.replicas):
+            load = replica.load
+            figures.append(
+                ReplicaFigures(
+                    replica=str(i),
+                    url=replica.url,
+                    healthy=replica.healthy,
+                    in_flight=replica.in_flight,
+                    picked=replica.picked,
+                    waiting=load.waiting if load else None,
+                    running=load.running if load else None,
+                    kv_usage=load.kv_usage if load else None,
+                )
+            )
+        return figures
+
+    # ---- request path --------------------------------------------------------------
+
+    async def _complete_on(self, index: int, request: GenerateRequest) -> Completion:
+        replica = self.replicas[index]
+        replica.in_flight += 1
+        try:
+            return await replica.backend.complete(request)
+        except BackendUnavailable:
+            self._mark_down(index)
+            raise
+        finally:
+            replica.in_flight -= 1
+
+    async def complete(self, request: GenerateRequest) -> Completion:
+        index = self.pick()
+        try:
+            return await self._complete_on(index, request)
+        except BackendUnavailable:
+            return await self._complete_on(self.pick(exclude=index), request)
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        index = self.pick()
+        for attempt in (1, 2):
+            replica = self.replicas[index]
+            replica.in_flight += 1
+            upstream = replica.backend.stream(request)
+            started = False
+            try:
+                async for chunk in upstream:
+                    started = True
+                    yield chunk
+                return
+            except BackendUnavailable:
+                self._mark_down(index)
+                if started or attempt == 2:
+                    raise
+            finally:
+                replica.in_flight -= 1
+                closer = getattr(upstream, "aclose", None)
+                if closer is not None:
+                    await closer()
+            index = self.pick(exclude=index)
