@@ -50,14 +50,8 @@ from typing import Any
 
 import orjson
 
-from backends.fault_protocol import (
-    DEFAULT_REPLY,
-    FaultApp,
-    FaultConnection,
-    Script,
-    parse_script,
-    split_reply,
-)
+from backends.fault_protocol import FaultConnection
+from backends.fault_script import DEFAULT_REPLY, FaultApp, Script, parse_script, split_reply
 
 __all__ = [
     "DEFAULT_REPLY",
