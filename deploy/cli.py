@@ -7,11 +7,12 @@ only, so ``turnout --help`` stays fast) and ``run`` (which imports the deploy mo
   the spec planned on each accelerator (default: the whole catalog). Prices come from ``--prices``,
   else the file in ``$TURNOUT_PRICES_FILE``, else the catalog defaults.
 - ``turnout deploy validate SPEC``: ``ok: NAME (ID)``, or the problems and exit status 1.
+- ``turnout deploy render SPEC --target vllm|trtllm|triton|ray|k8s --out DIR``: the target's
+  files (``deploy.render``) written under DIR, one path per line; a spec that would not deploy is
+  refused with its problems (exit 1), a target its engine has no use for with the targets it has
+  (exit 2).
 
-Another ``deploy`` sub-command (``render``) adds its parser in ``register`` and its handler to
-``_DEPLOY_HANDLERS``.
-
-Exit status: 0 ok, 1 the spec is valid but would not deploy (validate), 2 an unreadable or
+Exit status: 0 ok, 1 the spec is valid but would not deploy (validate, render), 2 an unreadable or
 malformed spec, prices file or argument (the message names file, field and reason).
 """
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from deploy.accelerators import Accelerator
 
 COMMANDS = ("plan", "deploy")
+RENDER_TARGETS = ("vllm", "trtllm", "triton", "ray", "k8s")  # deploy.render.TARGETS (not imported here)
 PRICES_ENV = "TURNOUT_PRICES_FILE"  # the same name as deploy.accelerators.PRICES_ENV
 
 
@@ -49,10 +51,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     plan.add_argument("--png", type=Path, help="also write a bar chart here (needs turnout[report])")
     plan.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    deploy = commands.add_parser("deploy", help="variant specs: validate (before launch)")
+    deploy = commands.add_parser("deploy", help="variant specs: validate and render (before launch)")
     sub = deploy.add_subparsers(dest="deploy_command", required=True)
     validate = sub.add_parser("validate", help="check a variant spec: parallelism, support, memory fit")
     validate.add_argument("spec", type=Path, help="variant spec YAML")
+    render = sub.add_parser("render", help="write an engine's or platform's config files for a variant spec")
+    render.add_argument("spec", type=Path, help="variant spec YAML")
+    render.add_argument(
+        "--target", required=True, choices=RENDER_TARGETS, help="what to render (see deploy.render)"
+    )
+    render.add_argument("--out", type=Path, required=True, help="folder to write into (made if missing)")
 
 
 def _fail(message: str) -> int:
@@ -119,7 +127,37 @@ def _validate(args: argparse.Namespace) -> int:
     return 1
 
 
-_DEPLOY_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {"validate": _validate}
+def _render(args: argparse.Namespace) -> int:
+    from deploy.render import TargetNotApplicable, render, write
+    from deploy.spec import SpecError, load_spec
+    from deploy.validate import problems
+
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        return _fail(str(exc))
+    found = problems(spec)
+    if found:
+        print(f"{args.spec}: {spec.name} ({spec.id}) would not deploy; nothing rendered:", file=sys.stderr)
+        for problem in found:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    try:
+        files = render(spec, args.target)
+    except (TargetNotApplicable, ImportError) as exc:  # ImportError: the target's optional package
+        return _fail(str(exc))
+    try:
+        written = write(files, args.out)
+    except OSError as exc:
+        return _fail(f"--out: cannot write {exc.filename}: {exc.strerror}")
+    for path in written:
+        print(path)
+    summary = f"rendered {args.target} for {spec.name} ({spec.id}): {len(written)} files in {args.out}"
+    print(summary, file=sys.stderr)
+    return 0
+
+
+_DEPLOY_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {"validate": _validate, "render": _render}
 
 
 def run(args: argparse.Namespace) -> int:

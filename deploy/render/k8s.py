@@ -1,0 +1,229 @@
+"""Kubernetes manifests: the engine server (Deployment + Service) and a KubeRay RayService.
+
+Off the request path (``turnout deploy render --target k8s`` writes ``k8s/deployment.yaml``,
+``k8s/service.yaml``, ``k8s/rayservice.yaml`` and, for TensorRT-LLM, ``k8s/configmap.yaml``).
+Every object carries the label and annotation ``turnout.dev/variant-id: <spec id>``; pod
+resources, devices, TPU selectors, volumes and probes follow ``deploy.render.k8s_pods``.
+
+The engine container, per engine:
+- ``vllm``: the vendor's vLLM image running ``python3 -m vllm.entrypoints.openai.api_server``
+  with the arguments and environment of ``deploy.render.vllm`` (model from ``/models`` or the
+  Hub); probes on ``/health``.
+- ``trtllm``: ``trtllm-serve`` (PyTorch backend) with the options YAML from a ConfigMap; ``/health``.
+- ``triton-trtllm`` / ``triton-vllm``: Triton's image running ``/models/<name>/triton/run.sh``
+  (copy ``turnout deploy render --target triton`` output there; TensorRT-LLM's
+  ``triton_backend`` checkout goes to ``/models/<name>/triton_backend``); probes on
+  ``/v2/health/ready`` and ``/v2/health/live``; gRPC and metrics ports too.
+- ``onnxruntime-genai``: the engine is in-process, so the Deployment runs the Turnout gateway
+  itself (``turnout serve``, image built from this repository); probes on ``/ready``, ``/health``.
+
+The Deployment + Service and the RayService are two ways to run the variant (the engine behind
+a gateway elsewhere, or the gateway application on Ray with the engine in its replicas): apply
+the one you use. The RayService (``ray.io/v1``) embeds ``deploy.render.ray_serve``'s config as
+``serveConfigV2`` (in-container model paths), a CPU-only head (``num-cpus: 0``: no replicas on
+it) and one worker group whose pods each hold one engine replica's devices; its size follows
+``replicas`` and, with ``autoscaling``, ``min_replicas``/``max_replicas`` with KubeRay's in-tree
+autoscaler on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from deploy.render import k8s_pods as pods
+from deploy.render.common import (
+    HTTP_PORT,
+    IMAGES,
+    MODELS_MOUNT,
+    RAY_VERSION,
+    header,
+    labels,
+    model_source,
+    ray_image,
+    to_yaml,
+    variant_annotations,
+    work_dir,
+    yaml_documents,
+)
+from deploy.render.ray_serve import serve_config
+from deploy.render.trtllm import serve_options
+from deploy.render.vllm import SERVER_MODULE, environment, server_args
+from deploy.spec import VariantSpec
+
+TRTLLM_CONFIG_DIR = "/etc/turnout"
+
+
+def _metadata(spec: VariantSpec, name: str, component: str) -> dict[str, Any]:
+    return {"name": name, "labels": labels(spec, component), "annotations": variant_annotations(spec)}
+
+
+def _ports(spec: VariantSpec) -> list[dict[str, Any]]:
+    ports = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+    if spec.engine.startswith("triton-"):
+        ports.append({"name": "grpc", "containerPort": HTTP_PORT + 1, "protocol": "TCP"})
+        ports.append({"name": "metrics", "containerPort": HTTP_PORT + 2, "protocol": "TCP"})
+    return ports
+
+
+def _command(spec: VariantSpec) -> tuple[list[str], list[str], list[dict[str, Any]], dict[str, Any]]:
+    """Container command, args, extra env and probes for the spec's engine."""
+    if spec.engine == "vllm":
+        env = [{"name": key, "value": value} for key, value in environment(spec).items()]
+        return (
+            ["python3", "-m", SERVER_MODULE],
+            server_args(spec, container=True),
+            env,
+            pods.probes("/health", "/health"),
+        )
+    if spec.engine == "trtllm":
+        options = f"{TRTLLM_CONFIG_DIR}/extra_llm_api_options.yaml"
+        args = [
+            model_source(spec, container=True), "--host", "0.0.0.0", "--port", str(HTTP_PORT),
+            "--backend", "pytorch", "--extra_llm_api_options", options,
+        ]  # fmt: skip
+        return ["trtllm-serve"], args, [], pods.probes("/health", "/health")
+    if spec.engine.startswith("triton-"):
+        env = [{"name": "TRTLLM_BACKEND_SRC", "value": f"{work_dir(spec)}/triton_backend"}]
+        probes = pods.probes("/v2/health/ready", "/v2/health/live")
+        return ["/bin/sh"], [f"{work_dir(spec)}/triton/run.sh"], env, probes
+    args = ["serve", "--host", "0.0.0.0", "--port", str(HTTP_PORT)]
+    return ["turnout"], args, [], pods.probes("/ready", "/health")
+
+
+def engine_container(spec: VariantSpec) -> dict[str, Any]:
+    command, args, env, probes = _command(spec)
+    mounts = pods.volume_mounts()
+    if spec.engine == "trtllm":
+        mounts.append({"name": "trtllm-options", "mountPath": TRTLLM_CONFIG_DIR, "readOnly": True})
+    return {
+        "name": "engine",
+        "image": IMAGES[(spec.engine, spec.vendor)],
+        "command": command,
+        "args": args,
+        "ports": _ports(spec),
+        "env": [*env, *pods.hub_env(spec)],
+        "resources": pods.resources(spec),
+        "volumeMounts": mounts,
+        **probes,
+    }
+
+
+def deployment(spec: VariantSpec) -> dict[str, Any]:
+    volumes = pods.volumes()
+    if spec.engine == "trtllm":
+        volumes.append({"name": "trtllm-options", "configMap": {"name": f"{spec.name}-trtllm"}})
+    selector = {"app.kubernetes.io/name": spec.name, "turnout.dev/variant-id": spec.id}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(spec, spec.name, "engine"),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels(spec, "engine"), "annotations": variant_annotations(spec)},
+                "spec": {
+                    "containers": [engine_container(spec)],
+                    "volumes": volumes,
+                    "terminationGracePeriodSeconds": 60,
+                    **pods.scheduling(spec),
+                },
+            },
+        },
+    }
+
+
+def service(spec: VariantSpec) -> dict[str, Any]:
+    ports = [{"name": p["name"], "port": p["containerPort"], "targetPort": p["name"]} for p in _ports(spec)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, spec.name, "engine"),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"app.kubernetes.io/name": spec.name, "turnout.dev/variant-id": spec.id},
+            "ports": ports,
+        },
+    }
+
+
+def config_map(spec: VariantSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(spec, f"{spec.name}-trtllm", "engine"),
+        "data": {"extra_llm_api_options.yaml": to_yaml(serve_options(spec))},
+    }
+
+
+def _ray_pod(spec: VariantSpec, container: dict[str, Any], *, worker: bool) -> dict[str, Any]:
+    pod: dict[str, Any] = {"containers": [container], "volumes": pods.volumes()}
+    if worker:
+        pod.update(pods.scheduling(spec))
+    metadata = {"labels": labels(spec, "ray"), "annotations": variant_annotations(spec)}
+    return {"metadata": metadata, "spec": pod}
+
+
+def _worker_start_params(spec: VariantSpec) -> dict[str, str]:
+    if spec.vendor == "google":
+        return {"resources": json.dumps(json.dumps({"TPU": spec.device_count}))}
+    if spec.vendor in ("nvidia", "amd"):
+        return {"num-gpus": str(spec.device_count)}
+    return {}
+
+
+def ray_service(spec: VariantSpec) -> dict[str, Any]:
+    head = {
+        "name": "ray-head",
+        "image": ray_image("cpu"),
+        "ports": [
+            {"name": "gcs", "containerPort": 6379}, {"name": "dashboard", "containerPort": 8265},
+            {"name": "client", "containerPort": 10001}, {"name": "serve", "containerPort": HTTP_PORT},
+        ],
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
+        "volumeMounts": [{"name": "models", "mountPath": MODELS_MOUNT}],
+    }  # fmt: skip
+    worker = {
+        "name": "ray-worker",
+        "image": ray_image(spec.vendor),
+        "env": pods.hub_env(spec),
+        "resources": pods.resources(spec),
+        "volumeMounts": pods.volume_mounts(),
+    }
+    scaling = spec.autoscaling
+    group = {
+        "groupName": "engine",
+        "replicas": spec.replicas,
+        "minReplicas": scaling.min_replicas if scaling else spec.replicas,
+        "maxReplicas": scaling.max_replicas if scaling else spec.replicas,
+        "numOfHosts": 1,
+        "rayStartParams": _worker_start_params(spec),
+        "template": _ray_pod(spec, worker, worker=True),
+    }
+    cluster: dict[str, Any] = {"rayVersion": RAY_VERSION}
+    if scaling is not None:
+        cluster["enableInTreeAutoscaling"] = True
+    cluster["headGroupSpec"] = {
+        "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+        "template": _ray_pod(spec, head, worker=False),
+    }
+    cluster["workerGroupSpecs"] = [group]
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": _metadata(spec, f"{spec.name}-ray", "ray"),
+        "spec": {"serveConfigV2": to_yaml(serve_config(spec, container=True)), "rayClusterConfig": cluster},
+    }
+
+
+def render_k8s(spec: VariantSpec) -> dict[str, str | bytes]:
+    """``k8s/*.yaml`` for ``spec`` (any engine)."""
+    files: dict[str, str | bytes] = {
+        "k8s/deployment.yaml": header(spec) + yaml_documents([deployment(spec)]),
+        "k8s/service.yaml": header(spec) + yaml_documents([service(spec)]),
+        "k8s/rayservice.yaml": header(spec) + yaml_documents([ray_service(spec)]),
+    }
+    if spec.engine == "trtllm":
+        files["k8s/configmap.yaml"] = header(spec) + yaml_documents([config_map(spec)])
+    return files

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Rendered by `turnout deploy render` from variant llama3-8b-trtllm-awq (d553ff290422).
+# Re-render from the spec instead of editing: the variant id names this exact spec.
+set -eu
+# TensorRT-LLM checkpoint -> TensorRT engine ($ENGINE_DIR).
+CHECKPOINT_DIR="${CHECKPOINT_DIR:-/models/llama3-8b-trtllm-awq/trtllm-checkpoint}"
+ENGINE_DIR="${ENGINE_DIR:-/models/llama3-8b-trtllm-awq/trtllm-engine}"
+trtllm-build \
+  --checkpoint_dir "$CHECKPOINT_DIR" \
+  --output_dir "$ENGINE_DIR" \
+  --max_batch_size 64 \
+  --max_seq_len 8192 \
+  --max_input_len 8191 \
+  --kv_cache_type paged \
+  --use_paged_context_fmha enable \
+  --tokens_per_block 16 \
+  --gemm_plugin auto

@@ -1,0 +1,128 @@
+"""``turnout deploy render`` as an operator runs it: files written, refusals and exit statuses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serving.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "deploy" / "examples"
+VALID = """\
+name: llama
+model: {architecture: llama-3-8b, served_name: meta-llama/Meta-Llama-3-8B-Instruct}
+engine: vllm
+vendor: nvidia
+accelerator: h100-80gb
+kv_cache: {max_model_len: 8192}
+"""
+
+
+def test_render_writes_the_targets_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert (
+        main(
+            [
+                "deploy",
+                "render",
+                str(EXAMPLES / "llama3-8b-h100-fp8kv.yaml"),
+                "--target",
+                "vllm",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    printed = capsys.readouterr()
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == ["vllm/args.txt", "vllm/env", "vllm/run.sh"]
+    assert printed.out.split() == [str(out / name) for name in written]
+    assert "rendered vllm for llama3-8b-h100-fp8kv (" in printed.err
+    assert os.access(out / "vllm" / "run.sh", os.X_OK)
+    assert "--kv-cache-dtype\nfp8\n" in (out / "vllm" / "args.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("example", "target", "expected"),
+    [
+        ("llama3-70b-h100-tp4.yaml", "trtllm", {"trtllm/build.sh", "trtllm/convert.sh", "trtllm/serve.sh"}),
+        ("tiny-cpu.yaml", "triton", {"triton/run.sh", "triton/model_repository/tiny-cpu-int4/config.pbtxt"}),
+        ("llama3-8b-tpu-v5e.yaml", "k8s", {"k8s/deployment.yaml", "k8s/service.yaml", "k8s/rayservice.yaml"}),
+        ("llama3-8b-awq.yaml", "ray", {"ray/serve_config.yaml"}),
+    ],
+)
+def test_render_each_target(tmp_path: Path, example: str, target: str, expected: set[str]) -> None:
+    assert (
+        main(["deploy", "render", str(EXAMPLES / example), "--target", target, "--out", str(tmp_path)]) == 0
+    )
+    written = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()}
+    assert expected <= written
+
+
+def test_target_that_does_not_apply_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = EXAMPLES / "llama3-8b-tpu-v5e.yaml"
+    assert main(["deploy", "render", str(spec), "--target", "trtllm", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "target trtllm does not apply to llama3-8b-tpu-v5e" in err
+    assert "runs vllm on google tpu-v5e" in err
+    assert "(its targets: vllm, ray, k8s)" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_invalid_spec_is_refused_with_its_problems(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(VALID.replace("h100-80gb", "a100-80gb") + "tensor_parallel: 3\ndevice_count: 3\n")
+    assert main(["deploy", "render", str(spec), "--target", "vllm", "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert "would not deploy; nothing rendered" in err
+    assert "tensor_parallel: 3 does not divide the 32 attention heads" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_unreadable_or_malformed_spec_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["deploy", "render", str(tmp_path / "missing.yaml"), "--target", "k8s", "--out", str(tmp_path)])
+        == 2
+    )
+    assert "cannot read spec" in capsys.readouterr().err
+    spec = tmp_path / "typo.yaml"
+    spec.write_text(VALID + "replcas: 2\n")
+    assert main(["deploy", "render", str(spec), "--target", "k8s", "--out", str(tmp_path)]) == 2
+    assert "replcas: unknown field" in capsys.readouterr().err
+
+
+def test_unknown_target_is_an_argument_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "serving.cli", "deploy", "render", str(EXAMPLES / "tiny-cpu.yaml"),
+         "--target", "helm", "--out", "/tmp/unused"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "invalid choice: 'helm'" in done.stderr
+
+
+def test_render_as_a_subprocess(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "serving.cli", "deploy", "render",
+         str(EXAMPLES / "llama3-70b-mi300x-tp2.yaml"), "--target", "k8s", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    deployment = (tmp_path / "k8s" / "deployment.yaml").read_text()
+    assert "amd.com/gpu: '2'" in deployment
+    assert "turnout.dev/variant-id: " in deployment
+
+
+def test_cli_target_choices_match_the_renderers() -> None:
+    from deploy.cli import RENDER_TARGETS
+    from deploy.render import TARGETS
+
+    assert RENDER_TARGETS == TARGETS

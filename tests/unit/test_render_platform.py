@@ -1,0 +1,127 @@
+"""Ray Serve config and Kubernetes manifests: replicas, autoscaling, devices, TPU selectors, labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deploy.render import render
+from deploy.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "deploy" / "examples"
+SPECS = REPO / "tests" / "golden" / "render" / "_specs"
+
+
+def ray_config(path: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(render(load_spec(path), "ray")["ray/serve_config.yaml"])
+    return loaded
+
+
+def k8s(path: Path) -> dict[str, Any]:
+    files = render(load_spec(path), "k8s")
+    return {
+        name.split("/")[1].removesuffix(".yaml"): yaml.safe_load(content) for name, content in files.items()
+    }
+
+
+def deployments(config: dict[str, Any]) -> dict[str, Any]:
+    return {d["name"]: d for d in config["applications"][0]["deployments"]}
+
+
+def test_ray_fixed_replicas_on_gpus() -> None:
+    config = ray_config(EXAMPLES / "llama3-70b-mi300x-tp2.yaml")
+    app = config["applications"][0]
+    assert app["import_path"] == "serving.ray_app:build_app"
+    assert app["args"]["variant_id"] == load_spec(EXAMPLES / "llama3-70b-mi300x-tp2.yaml").id
+    engine = deployments(config)["TurnoutEngine"]
+    assert engine["num_replicas"] == 1 and "autoscaling_config" not in engine
+    assert engine["ray_actor_options"] == {"num_cpus": 2, "num_gpus": 2}
+    assert config["http_options"] == {"host": "0.0.0.0", "port": 8000}
+
+
+def test_ray_autoscaling_from_the_spec() -> None:
+    engine = deployments(ray_config(EXAMPLES / "llama3-8b-h100-fp8kv.yaml"))["TurnoutEngine"]
+    assert engine["autoscaling_config"] == {
+        "min_replicas": 1, "initial_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 64.0,
+    }  # fmt: skip
+    assert "num_replicas" not in engine and engine["max_ongoing_requests"] == 256
+
+
+def test_ray_tpu_and_cpu_resources() -> None:
+    tpu = deployments(ray_config(EXAMPLES / "llama3-8b-tpu-v5e.yaml"))["TurnoutEngine"]
+    assert tpu["ray_actor_options"] == {"num_cpus": 4, "resources": {"TPU": 4}}
+    cpu = deployments(ray_config(EXAMPLES / "tiny-cpu.yaml"))["TurnoutEngine"]
+    assert cpu["ray_actor_options"] == {"num_cpus": 4}
+
+
+def test_ray_args_carry_the_spec_as_written() -> None:
+    args = ray_config(EXAMPLES / "tiny-cpu.yaml")["applications"][0]["args"]
+    assert args["variant"]["model"]["path"] == "../model/artifacts/turnout-tiny/hf"
+    assert args["model_source"].endswith("deploy/model/artifacts/turnout-tiny/hf")
+
+
+def test_deployment_devices_and_labels() -> None:
+    objects = k8s(EXAMPLES / "llama3-70b-h100-tp4.yaml")
+    spec = load_spec(EXAMPLES / "llama3-70b-h100-tp4.yaml")
+    deployment = objects["deployment"]
+    for obj in objects.values():
+        assert obj["metadata"]["labels"]["turnout.dev/variant-id"] == spec.id
+        assert obj["metadata"]["annotations"]["turnout.dev/variant-id"] == spec.id
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"]["turnout.dev/variant-id"] == spec.id
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert container["command"] == ["trtllm-serve"]
+    assert "/etc/turnout/extra_llm_api_options.yaml" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert pod["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert "nodeSelector" not in pod["spec"]
+    assert "extra_llm_api_options.yaml" in objects["configmap"]["data"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert objects["service"]["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_tpu_selectors_and_resource() -> None:
+    objects = k8s(EXAMPLES / "llama3-8b-tpu-v5e.yaml")
+    pod = objects["deployment"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "2x2",
+    }
+    assert pod["containers"][0]["resources"]["requests"]["google.com/tpu"] == "4"
+    group = objects["rayservice"]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    assert group["template"]["spec"]["nodeSelector"] == pod["nodeSelector"]
+    assert group["rayStartParams"] == {"resources": '"{\\"TPU\\": 4}"'}
+
+
+def test_rayservice_embeds_the_serve_config_and_scales() -> None:
+    objects = k8s(EXAMPLES / "llama3-8b-h100-fp8kv.yaml")
+    service = objects["rayservice"]
+    assert service["apiVersion"] == "ray.io/v1" and service["kind"] == "RayService"
+    embedded = yaml.safe_load(service["spec"]["serveConfigV2"])
+    assert embedded["applications"][0]["import_path"] == "serving.ray_app:build_app"
+    cluster = service["spec"]["rayClusterConfig"]
+    assert cluster["enableInTreeAutoscaling"] is True
+    group = cluster["workerGroupSpecs"][0]
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 1, 4)
+    assert group["rayStartParams"] == {"num-gpus": "1"}
+    assert group["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+
+
+def test_engines_without_devices_or_with_triton() -> None:
+    cpu = k8s(EXAMPLES / "tiny-cpu.yaml")["deployment"]["spec"]["template"]["spec"]
+    container = cpu["containers"][0]
+    assert container["command"] == ["turnout"] and container["args"][0] == "serve"
+    assert set(container["resources"]["limits"]) == {"cpu", "memory"}
+    assert "tolerations" not in cpu and "nodeSelector" not in cpu
+    triton = k8s(SPECS / "llama3-8b-triton-trtllm-h100.yaml")
+    container = triton["deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["/models/llama3-8b-triton-trtllm/triton/run.sh"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert [p["name"] for p in triton["service"]["spec"]["ports"]] == ["http", "grpc", "metrics"]
