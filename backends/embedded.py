@@ -15,45 +15,16 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
+from backends.chat_template import ChatTemplate
 from backends.dynamic_batcher import DynamicBatcher
+from backends.openai_fields import check_extra
 from backends.ortgenai_runner import Event, GenAIModel, Sequence
 from backends.settings import EmbeddedSettings
 from serving.errors import BackendError, ClientError
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-
-# OpenAI fields this engine accepts and ignores: they do not change what it generates.
-_IGNORED_FIELDS = frozenset({"store", "metadata", "service_tier", "parallel_tool_calls", "suffix"})
-# Fields accepted only at their neutral value.
-_NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
-    "presence_penalty": (0, 0.0, None),
-    "frequency_penalty": (0, 0.0, None),
-    "logprobs": (False, None),
-    "top_logprobs": (0, None),
-    "echo": (False, None),
-    "best_of": (1, None),
-    "tools": (None, []),
-    "tool_choice": (None, "none"),
-    "logit_bias": (None, {}),
-}
-
-
-def _check_extra(extra: dict[str, Any]) -> None:
-    for name, value in extra.items():
-        if name in _IGNORED_FIELDS:
-            continue
-        neutral = _NEUTRAL_VALUES.get(name)
-        if neutral is None:
-            raise ClientError(
-                f"Unrecognized request argument supplied: {name}", param=name, code="unknown_field"
-            )
-        if value not in neutral:
-            raise ClientError(
-                f"'{name}' is not supported by the embedded engine", param=name, code="unsupported_value"
-            )
 
 
 class EmbeddedBackend:
@@ -69,7 +40,7 @@ class EmbeddedBackend:
         )
         self._model: GenAIModel | None = None
         self._batcher: DynamicBatcher[Sequence] | None = None
-        self._template: Any = None
+        self._template: ChatTemplate | None = None
         self._batch_observer: Any = None
 
     # ---- lifecycle -----------------------------------------------------------------
@@ -84,7 +55,7 @@ class EmbeddedBackend:
     async def start(self) -> None:
         model = await asyncio.to_thread(GenAIModel, self._folder(), self.settings.intra_op_threads)
         if model.chat_template:
-            self._template = ImmutableSandboxedEnvironment().from_string(model.chat_template)
+            self._template = ChatTemplate(model.chat_template, model.bos_token, model.eos_token)
         batcher = DynamicBatcher[Sequence](
             self.name, self.settings.batching, model.run_batch, on_batch=self._batch_observer
         )
@@ -127,13 +98,7 @@ class EmbeddedBackend:
         if request.kind == "chat":
             if self._template is None:
                 raise ClientError("this model has no chat template; use /v1/completions", param="messages")
-            text = self._template.render(
-                messages=request.messages or [],
-                add_generation_prompt=True,
-                bos_token=model.bos_token,
-                eos_token=model.eos_token,
-            )
-            return model.encode(text)
+            return model.encode(self._template.render(request.messages or []))
         prompt = model.encode(request.prompt or "")
         return np.concatenate([np.array([model.bos_id], dtype=np.int32), prompt])
 
@@ -155,7 +120,7 @@ class EmbeddedBackend:
         return requested
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        _check_extra(request.extra)
+        check_extra(request.extra, "the embedded engine")
         batcher = self._batcher
         if batcher is None:
             raise BackendError(f"variant '{self.name}' is not started")

@@ -8,14 +8,18 @@ package fails here with the exact ``pip install`` hint, not at import time.
 from __future__ import annotations
 
 from backends.base import Backend
-from backends.settings import EmbeddedSettings, OpenAIHttpSettings
+from backends.settings import EmbeddedSettings, OpenAIHttpSettings, TritonSettings
 
 
-def build_backend(name: str, settings: EmbeddedSettings | OpenAIHttpSettings) -> Backend:
+def build_backend(name: str, settings: EmbeddedSettings | OpenAIHttpSettings | TritonSettings) -> Backend:
     if isinstance(settings, EmbeddedSettings):
         from backends.embedded import EmbeddedBackend
 
         return EmbeddedBackend(name, settings)
+    if isinstance(settings, TritonSettings):
+        from backends.triton import TritonBackend  # protocol grpc: ConfigError without tritonclient
+
+        return TritonBackend(name, settings)
     if settings.replicas:  # several servers: load-aware choice per request
         from backends.replica_set import ReplicaSetBackend
 

@@ -7,9 +7,11 @@ Kept apart from the adapters so that reading a config never imports an engine
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
+
+from backends.presets import OPENAI_HTTP_PRESETS, TRITON_PRESETS, apply_preset
 
 Vendor = Literal["nvidia", "amd", "google", "intel", "cpu"]
 
@@ -65,6 +67,9 @@ class OpenAIHttpSettings(StrictModel):
     """
 
     kind: Literal["openai_http"] = "openai_http"
+    # Fills engine/vendor/accelerator unless set here (``backends/presets.py``): vllm-cuda,
+    # vllm-rocm, vllm-tpu, vllm-cpu, trtllm-serve (TensorRT-LLM's OpenAI face), sglang.
+    preset: str | None = None
     base_url: HttpUrl  # e.g. http://127.0.0.1:8001/v1
     model: str  # the model name the upstream serves
     engine: Literal["vllm", "trtllm-serve", "sglang", "turnout", "openai"] = "vllm"
@@ -76,6 +81,11 @@ class OpenAIHttpSettings(StrictModel):
     replicas: tuple[HttpUrl, ...] = ()
     balance: BalanceSettings = BalanceSettings()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        return apply_preset(data, OPENAI_HTTP_PRESETS)
+
     @model_validator(mode="after")
     def _distinct_replicas(self) -> OpenAIHttpSettings:
         urls = [str(url).rstrip("/") for url in (self.base_url, *self.replicas)]
@@ -84,4 +94,57 @@ class OpenAIHttpSettings(StrictModel):
         return self
 
 
-VariantSettings = Annotated[EmbeddedSettings | OpenAIHttpSettings, Field(discriminator="kind")]
+class TritonSettings(StrictModel):
+    """A Triton Inference Server model (``backends/triton.py``): its own, TensorRT-LLM's or vLLM's.
+
+    ``tensors`` names the model's input/output convention: ``turnout`` (the shipped
+    repository's ``text_input``, ``max_tokens``, ``temperature``… → ``text_output``,
+    ``finish_reason``, token counts), ``trtllm`` (TensorRT-LLM's ensemble) or ``vllm``
+    (Triton's vLLM backend: ``sampling_parameters`` JSON). Chats are rendered to text with
+    ``chat_template`` (an HF folder; default: the shipped model's). Streamed requests go to
+    ``stream_model`` (a decoupled model) when set, else to ``model``.
+    """
+
+    kind: Literal["triton"] = "triton"
+    # Fills tensors/engine/model/vendor… unless set here (``backends/presets.py``):
+    # trtllm-ensemble, triton-vllm, turnout-tiny.
+    preset: str | None = None
+    url: HttpUrl | None = None  # HTTP base, e.g. http://127.0.0.1:8010 (protocol generate)
+    grpc_url: Annotated[str, Field(pattern=r"^[^/\s]+:\d+$")] | None = None  # host:port (protocol grpc)
+    protocol: Literal["generate", "grpc"] = "generate"
+    model: str
+    stream_model: str | None = None
+    tensors: Literal["turnout", "trtllm", "vllm"] = "turnout"
+    engine: Literal["triton", "triton-trtllm", "triton-vllm"] = "triton"
+    vendor: Vendor = "nvidia"
+    accelerator: str = "unknown"
+    chat_template: Path | None = None
+    # The server's tokenizer adds BOS itself (the shipped models, TensorRT-LLM's preprocessing,
+    # vLLM): drop the chat template's leading BOS text so the prompt does not get two.
+    server_adds_bos: bool = True
+    # What each streamed response's text_output holds: the new text, or all text so far.
+    stream_text: Literal["delta", "cumulative"] = "delta"
+    end_id: int | None = None  # tensors: trtllm (default: the model's own)
+    pad_id: int | None = None
+    # max_tokens of a chat that sets none (a completion's default is OpenAI's 16).
+    default_max_tokens: Annotated[int, Field(ge=1)] = 256
+    timeouts: TimeoutSettings = TimeoutSettings()
+    max_connections: Annotated[int, Field(ge=1)] = 256
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        return apply_preset(data, TRITON_PRESETS)
+
+    @model_validator(mode="after")
+    def _endpoint_for_protocol(self) -> TritonSettings:
+        if self.protocol == "generate" and self.url is None:
+            raise ValueError("protocol generate needs url (Triton's HTTP base, e.g. http://127.0.0.1:8000)")
+        if self.protocol == "grpc" and self.grpc_url is None:
+            raise ValueError("protocol grpc needs grpc_url (host:port, e.g. 127.0.0.1:8001)")
+        return self
+
+
+VariantSettings = Annotated[
+    EmbeddedSettings | OpenAIHttpSettings | TritonSettings, Field(discriminator="kind")
+]

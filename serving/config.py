@@ -119,9 +119,15 @@ def default_config() -> GatewayConfig:
     return GatewayConfig(variants=variants, routes=routes, auth=AuthSettings(anonymous_clients=True))
 
 
+_VARIANT_KINDS = ("embedded", "openai_http", "triton")
+
+
 def _field_path(loc: tuple[int | str, ...]) -> str:
-    # Drop pydantic's union-member tags (e.g. "embedded") so the path reads like the YAML.
-    return ".".join(str(part) for part in loc if part not in ("embedded", "openai_http"))
+    # Drop pydantic's union-member tag (variants.<name>.<kind>.…) so the path reads like the YAML.
+    parts = list(loc)
+    if len(parts) > 2 and parts[0] == "variants" and parts[2] in _VARIANT_KINDS:
+        del parts[2]
+    return ".".join(str(part) for part in parts)
 
 
 def parse_config(data: object, source: str = "<config>") -> GatewayConfig:

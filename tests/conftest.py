@@ -16,6 +16,9 @@ import pytest
 
 from serving.launcher import gateway_process
 
+# Session-wide real engines (one vLLM server, one Triton server): fixtures ``vllm``, ``triton``.
+pytest_plugins = ["tests.integration.engines"]
+
 _STATE_DIR = Path(tempfile.mkdtemp(prefix="turnout-tests-"))
 os.environ["TURNOUT_STORE_URL"] = f"sqlite:///{_STATE_DIR / 'session.db'}"
 

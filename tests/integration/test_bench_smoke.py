@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deploy.triton_runtime import TritonServer
+from deploy.vllm_runtime import VllmServer
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -37,3 +40,14 @@ def test_control_plane_bench_prints_its_ratios() -> None:
     for name in ("plain", "routed+shadow10%", "routed+shadow100%"):
         assert any(line.startswith(name) and "x" in line for line in out.splitlines())
     assert "target routed p50 <= 1.10x plain" in out
+
+
+def test_real_backends_bench_prints_its_table(vllm: VllmServer, triton: TritonServer) -> None:
+    """Against the session's vLLM and Triton (the bench starts its own when not given URLs)."""
+    out = run(
+        "bench/real_backends.py", "--quick", "--vllm-url", vllm.base_url, "--triton-url", triton.http_url
+    )
+    assert "added p50 (ms)" in out and "throughput ratio" in out
+    for engine in ("vllm", "triton"):
+        assert [line.split()[1] for line in out.splitlines() if line.startswith(engine + " ")] == ["1", "16"]
+        assert f"targets ({engine}): added p50 <= 1 ms (c=1)" in out

@@ -3,8 +3,9 @@
 Talks to it the way ``backends/triton.py`` will: ``tritonclient`` over HTTP and gRPC (sync
 and aio), KServe v2 ``infer``, ``generate`` and ``generate_stream`` (SSE), gRPC bidirectional
 streaming on decoupled models, the TensorRT-LLM-shaped ensemble and the vLLM-backend-shaped
-model. One server for the module (``triton_fixture``); the last tests prove that Triton's
-dynamic batcher formed batches larger than 1, from its own statistics and metrics.
+model. The server is the session's one (``triton``, ``tests/integration/engines.py``); the
+last tests prove that Triton's dynamic batcher formed batches larger than 1, from its own
+statistics and metrics.
 """
 
 from __future__ import annotations
@@ -30,15 +31,7 @@ import tritonclient.http.aio as httpaio
 from deploy.model.tasks import addition_answer, addition_prompt
 from deploy.triton_repo import MODEL_NAMES
 from deploy.triton_runtime import TritonServer
-from tests.integration.triton_fixture import (
-    distinct_ports,
-    infer_inputs,
-    sse_events,
-    text_of,
-    triton,
-)
-
-__all__ = ["triton"]  # the module-scoped server fixture
+from tests.integration.triton_fixture import distinct_ports, infer_inputs, sse_events, text_of
 
 
 def test_server_and_every_model_ready(triton: TritonServer) -> None:

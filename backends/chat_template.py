@@ -1,0 +1,56 @@
+"""Chat messages → one prompt string, with the model's own Jinja chat template.
+
+On the request path of every adapter that sends text rather than messages to its engine:
+``backends/embedded.py`` (then tokenized in-process) and ``backends/triton.py`` (then sent as
+``text_input``). Rendered in Jinja's immutable sandbox, as Hugging Face's
+``apply_chat_template`` does, with ``bos_token`` / ``eos_token`` and ``add_generation_prompt``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from serving.errors import ClientError
+
+
+class ChatTemplate:
+    """One compiled chat template and the special-token strings it may use."""
+
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self._template = ImmutableSandboxedEnvironment().from_string(source)
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> ChatTemplate | None:
+        """The template of a tokenizer folder (``tokenizer_config.json``), or None if it has none."""
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        source = config.get("chat_template")
+        if not isinstance(source, str) or not source:
+            return None
+        return cls(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
+
+    def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> str:
+        try:
+            return self._template.render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except TemplateError as exc:
+            message = f"the messages do not fit the model's chat template: {exc}"
+            raise ClientError(message, param="messages") from None
+
+
+def _token_text(value: Any) -> str:
+    """A special token as tokenizer_config.json writes it: a string or ``{"content": ...}``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,174 @@
+"""Adapter for Triton Inference Server: the shipped models, TensorRT-LLM's ensemble, vLLM's backend.
+
+It sits between ``serving.gateway`` and ``tritonserver`` on the request path: a chat is rendered
+to text with the model's chat template (``backends/chat_template.py``), the request is mapped
+onto the model's tensor convention (``backends/triton_tensors.py``) and sent over Triton's HTTP
+generate extension (``triton_http.py``) or gRPC (``triton_grpc.py``); each response's outputs
+come back as new text (stop strings applied here), then a finish reason and usage.
+
+A model's config is read once, on first use: whether it is decoupled (then even a whole answer
+is collected from its stream, since Triton refuses ``/generate`` and ``ModelInfer`` on it), its
+batch dimension and the inputs it declares (only those are sent). Streamed requests go to
+``stream_model`` when set; a model that cannot stream answers in one chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Any, Protocol
+
+from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
+from backends.chat_template import ChatTemplate
+from backends.settings import TritonSettings
+from backends.triton_tensors import ModelFacts, RequestPlan, ResponseReader, plan_request
+from serving.errors import BackendError, ClientError, ConfigError
+
+
+class Transport(Protocol):
+    """What ``triton_http.TritonHttp`` and ``triton_grpc.TritonGrpc`` both offer."""
+
+    @property
+    def started(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def model_config(self, model: str) -> dict[str, Any]: ...
+
+    async def infer(self, facts: ModelFacts, inputs: dict[str, Any], request_id: str) -> dict[str, Any]: ...
+
+    def stream(
+        self, facts: ModelFacts, inputs: dict[str, Any], request_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]: ...
+
+
+def load_template(settings: TritonSettings) -> ChatTemplate | None:
+    """The chat template of ``settings.chat_template`` (default: the shipped model's HF folder)."""
+    if settings.chat_template is not None:
+        folder = settings.chat_template
+    else:
+        from deploy.model.artifacts import hf_dir
+
+        folder = hf_dir()
+    try:
+        return ChatTemplate.from_folder(folder)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"chat_template {folder}: cannot read tokenizer_config.json: {exc}") from None
+
+
+class TritonBackend:
+    """One model (and optionally its streaming twin) on one Triton server."""
+
+    def __init__(self, name: str, settings: TritonSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.info = BackendInfo(
+            kind="triton", engine=settings.engine, vendor=settings.vendor, accelerator=settings.accelerator
+        )
+        self._template = load_template(settings)
+        self._transport: Transport
+        if settings.protocol == "grpc":
+            from backends.triton_grpc import TritonGrpc  # ConfigError with the pip hint if missing
+
+            self._transport = TritonGrpc(name, settings)
+        else:
+            from backends.triton_http import TritonHttp
+
+            self._transport = TritonHttp(name, settings)
+        self._facts: dict[str, ModelFacts] = {}
+        self._facts_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        await self._transport.start()
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    def ready(self) -> bool:
+        return self._transport.started
+
+    # ---- request path --------------------------------------------------------------
+
+    def prompt(self, request: GenerateRequest) -> str:
+        if request.kind != "chat":
+            return request.prompt or ""
+        if self._template is None:
+            raise ClientError("this model has no chat template; use /v1/completions", param="messages")
+        text = self._template.render(request.messages or [])
+        bos = self._template.bos_token
+        if self.settings.server_adds_bos and bos and text.startswith(bos):
+            text = text[len(bos) :]  # the server's tokenizer puts it back
+        return text
+
+    def plan(self, request: GenerateRequest) -> RequestPlan:
+        s = self.settings
+        return plan_request(
+            s.tensors,
+            request,
+            self.prompt(request),
+            default_max_tokens=s.default_max_tokens,
+            end_id=s.end_id,
+            pad_id=s.pad_id,
+        )
+
+    async def facts(self, model: str) -> ModelFacts:
+        """The model's config, read on first use (and again after a failed read)."""
+        found = self._facts.get(model)
+        if found is not None:
+            return found
+        async with self._facts_lock:
+            found = self._facts.get(model)
+            if found is None:
+                config = await self._transport.model_config(model)
+                try:
+                    found = ModelFacts.from_config(model, config)
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise BackendError(f"Triton variant {self.name}: malformed config of {model}") from exc
+                self._facts[model] = found
+        return found
+
+    async def _responses(
+        self, facts: ModelFacts, inputs: dict[str, Any], request_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        if facts.decoupled:
+            async with aclosing(self._transport.stream(facts, inputs, request_id)) as responses:
+                async for outputs in responses:
+                    yield outputs
+        else:
+            yield await self._transport.infer(facts, inputs, request_id)
+
+    async def _chunks(self, request: GenerateRequest, stream: bool) -> AsyncGenerator[Chunk, None]:
+        plan = self.plan(request)  # a 400 for what the tensors cannot say, before any network
+        model = self.settings.model
+        if stream and self.settings.stream_model:
+            model = self.settings.stream_model
+        facts = await self.facts(model)
+        inputs = plan.inputs_for(facts, stream=stream and facts.decoupled)
+        echo = plan.echo if facts.inputs and "exclude_input_in_output" not in facts.inputs else ""
+        reader = ResponseReader(plan, cumulative=self.settings.stream_text == "cumulative", echo=echo)
+        async with aclosing(self._responses(facts, inputs, request.request_id)) as responses:
+            async for outputs in responses:
+                text = reader.feed(outputs)
+                if text:
+                    yield Chunk(text=text)
+                if reader.stopped:
+                    break  # a stop string: closing the stream tells Triton to stop too
+        tail, finish, usage = reader.finish()
+        yield Chunk(text=tail, finish_reason=finish, usage=usage)
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        async with aclosing(self._chunks(request, stream=True)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def complete(self, request: GenerateRequest) -> Completion:
+        parts: list[str] = []
+        async with aclosing(self._chunks(request, stream=False)) as chunks:
+            async for chunk in chunks:
+                parts.append(chunk.text)
+                if chunk.finish_reason is not None:
+                    return Completion("".join(parts), chunk.finish_reason, chunk.usage or Usage())
+        raise BackendError(f"Triton variant {self.name} ended without a finish")

@@ -1,0 +1,173 @@
+"""Triton's HTTP generate extension: ``/v2/models/{m}/generate`` (JSON) and ``/generate_stream`` (SSE).
+
+The transport under ``backends/triton.py`` for ``protocol: generate``: one pooled keep-alive
+``aiohttp`` session per variant (as ``backends/openai_http.py``), inputs as a flat JSON object,
+each response's outputs back as a dict, parsed from the SSE stream as it arrives. Triton's
+quirks handled here: an error inside a stream is an SSE ``{"error": …}`` event (with HTTP 200 once
+the stream has started), and ``/generate`` on a decoupled model answers 200 with an error body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from backends.openai_http import transport_error
+from backends.settings import TritonSettings
+from backends.triton_tensors import ModelFacts, status_error
+from serving.errors import BackendError, BackendUnavailable, TurnoutError
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+def error_message(body: bytes) -> str:
+    """Triton's message from an error body: ``{"error": "…"}``, or the same as an SSE event."""
+    text = body.strip()
+    if text.startswith(b"data:"):
+        text = text[5:].split(b"\n\n", 1)[0].strip()
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", errors="replace")[:500]
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        return str(data["error"])
+    return text.decode("utf-8", errors="replace")[:500]
+
+
+class TritonHttp:
+    """One Triton server's HTTP endpoint."""
+
+    def __init__(self, name: str, settings: TritonSettings) -> None:
+        assert settings.url is not None  # the settings validator makes sure
+        self.name = name
+        self.settings = settings
+        self._base = str(settings.url).rstrip("/") + "/v2/models/"
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    async def start(self) -> None:
+        if self._session is not None:
+            return
+        t = self.settings.timeouts
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.settings.max_connections, limit_per_host=0),
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=t.pool + t.connect, sock_connect=t.connect, sock_read=t.read
+            ),
+            headers={"content-type": "application/json", "user-agent": "turnout"},
+            auto_decompress=False,
+            trust_env=False,
+        )
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def _url(self, model: str, suffix: str) -> str:
+        return self._base + quote(model, safe="") + suffix
+
+    async def _send(self, method: str, url: str, body: bytes | None = None) -> aiohttp.ClientResponse:
+        session = self._session
+        if session is None:
+            raise BackendUnavailable(f"backend {self.name} is not started")
+        for attempt in (1, 2):
+            try:
+                return await session.request(method, url, data=body)
+            except aiohttp.ClientConnectorError as exc:  # nothing listens: no retry
+                raise transport_error(self.name, exc) from exc
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if attempt == 2:  # a pooled connection closed under us: resend once on a fresh one
+                    raise transport_error(self.name, exc) from exc
+            except _TRANSPORT_ERRORS as exc:
+                raise transport_error(self.name, exc) from exc
+        raise AssertionError("unreachable")
+
+    async def _failure(self, resp: aiohttp.ClientResponse) -> TurnoutError:
+        try:
+            body = await resp.read()
+        except _TRANSPORT_ERRORS:
+            body = b""
+        return status_error(self.name, resp.status, error_message(body))
+
+    async def model_config(self, model: str) -> dict[str, Any]:
+        resp = await self._send("GET", self._url(model, "/config"))
+        try:
+            if resp.status >= 300:
+                raise await self._failure(resp)
+            config = orjson.loads(await resp.read())
+        except _TRANSPORT_ERRORS as exc:
+            raise transport_error(self.name, exc) from exc
+        except orjson.JSONDecodeError as exc:
+            raise BackendError(f"Triton variant {self.name}: model config is not JSON") from exc
+        finally:
+            resp.release()
+        if not isinstance(config, dict):
+            raise BackendError(f"Triton variant {self.name}: model config is not an object")
+        return config
+
+    async def infer(self, facts: ModelFacts, inputs: dict[str, Any], request_id: str) -> dict[str, Any]:
+        """One request, one response: ``/generate``."""
+        resp = await self._send("POST", self._url(facts.name, "/generate"), orjson.dumps(inputs))
+        try:
+            if resp.status >= 300:
+                raise await self._failure(resp)
+            data = orjson.loads(await resp.read())
+        except _TRANSPORT_ERRORS as exc:
+            raise transport_error(self.name, exc) from exc
+        except orjson.JSONDecodeError as exc:
+            raise BackendError(f"Triton variant {self.name} sent a malformed answer") from exc
+        finally:
+            resp.release()
+        if not isinstance(data, dict):
+            raise BackendError(f"Triton variant {self.name} sent a malformed answer")
+        if "error" in data:  # 200 with an error body: Triton's way on a decoupled model
+            raise BackendError(f"Triton variant {self.name} failed: {data['error']}")
+        return data
+
+    async def stream(
+        self, facts: ModelFacts, inputs: dict[str, Any], request_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Every response of a decoupled model, as it arrives: ``/generate_stream``."""
+        resp = await self._send("POST", self._url(facts.name, "/generate_stream"), orjson.dumps(inputs))
+        try:
+            if resp.status >= 300:
+                raise await self._failure(resp)
+            async for event in _sse_events(resp.content.iter_any()):
+                try:
+                    data = orjson.loads(event)
+                except orjson.JSONDecodeError as exc:
+                    raise BackendError(f"Triton variant {self.name} sent a malformed event") from exc
+                if not isinstance(data, dict):
+                    raise BackendError(f"Triton variant {self.name} sent a malformed event")
+                if "error" in data:  # the stream had started (HTTP 200): a failure mid-answer
+                    raise BackendError(f"Triton variant {self.name} failed mid-stream: {data['error']}")
+                yield data
+        except _TRANSPORT_ERRORS as exc:
+            raise transport_error(self.name, exc) from exc
+        finally:
+            resp.release()
+
+
+async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of an SSE byte stream, one per event."""
+    buf = b""
+    async for raw in body:
+        buf = (buf + raw).replace(b"\r\n", b"\n")
+        while True:
+            end = buf.find(b"\n\n")
+            if end < 0:
+                break
+            event, buf = buf[:end], buf[end + 2 :]
+            lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+            if lines:
+                yield b"\n".join(lines)
+    if buf.strip().startswith(b"data:"):  # a last event without its blank line
+        yield buf.strip()[5:].lstrip(b" ")
