@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -112,7 +113,10 @@ def engines(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[str, str]]:
             print("starting vLLM (installed on first use) ...", flush=True)
             if core is not None:  # vLLM's own OpenMP binding, inherited through the environment
                 os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+            work: list[Path] = []  # vLLM's log and cache folder, removed once it has stopped
+            stack.callback(lambda: [shutil.rmtree(folder, ignore_errors=True) for folder in work])
             server = stack.enter_context(vllm_server(ensure_vllm(), hf_dir(), VLLM_MODEL, free_port()))
+            work.append(Path(server.log).parent)
             vllm_url = server.base_url
             if core is not None:
                 pin_group(server.pid, core)

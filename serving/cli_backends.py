@@ -57,6 +57,8 @@ def _stop_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    # A shell that starts us in the background sets SIGINT to "ignore"; Ctrl-C must still stop us.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _triton(args: argparse.Namespace) -> int:
