@@ -35,7 +35,7 @@ class EmbeddedBackend:
             kind="embedded",
             engine="onnxruntime-genai",
             vendor="cpu",
-            accelerator="cpu",
+            accelerator=settings.accelerator,
             cancel_on_disconnect=True,
         )
         self._model: GenAIModel | None = None

@@ -20,7 +20,7 @@ OPENAI_HTTP_PRESETS: dict[str, dict[str, Any]] = {
     "vllm-cuda": {"engine": "vllm", "vendor": "nvidia"},
     "vllm-rocm": {"engine": "vllm", "vendor": "amd"},
     "vllm-tpu": {"engine": "vllm", "vendor": "google", "accelerator": "tpu"},
-    "vllm-cpu": {"engine": "vllm", "vendor": "cpu", "accelerator": "cpu"},
+    "vllm-cpu": {"engine": "vllm", "vendor": "cpu", "accelerator": "cpu-x86"},
     "trtllm-serve": {"engine": "trtllm-serve", "vendor": "nvidia"},
     "sglang": {"engine": "sglang", "vendor": "nvidia"},
 }
@@ -42,7 +42,7 @@ TRITON_PRESETS: dict[str, dict[str, Any]] = {
         "model": "turnout_tiny",
         "stream_model": "turnout_tiny_stream",
         "vendor": "cpu",
-        "accelerator": "cpu",
+        "accelerator": "cpu-x86",
     },
 }
 

@@ -35,6 +35,8 @@ class EmbeddedSettings(StrictModel):
     # A folder holding genai_config.json; None means the shipped model at ``precision``.
     model_dir: Path | None = None
     precision: Literal["fp32", "int8", "int4"] = "fp32"
+    # The host's processor as named in deploy/accelerators.py (its price feeds cost reports).
+    accelerator: str = "cpu-x86"
     batching: BatchingSettings = BatchingSettings()
     # Threads ONNX Runtime may use for one batch step (0 = its default).
     intra_op_threads: Annotated[int, Field(ge=0)] = 1

@@ -85,9 +85,11 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
         name: build_backend(name, settings) for name, settings in config.variants.items()
     }
     metrics = GatewayMetrics(engine_stats=_engine_stats(backends), replica_stats=_replica_stats(backends))
+    spec_names = config.spec_names
     for name, backend in backends.items():
         info = backend.info
-        metrics.variant_info.labels(name, info.kind, info.engine, info.vendor, info.accelerator).set(1)
+        spec = spec_names.get(name, "")
+        metrics.variant_info.labels(name, info.kind, info.engine, info.vendor, info.accelerator, spec).set(1)
         hook = getattr(backend, "set_batch_observer", None)
         if callable(hook):
             hook(metrics.batch_observer(name))
@@ -127,6 +129,7 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
         sync=sync,
         shadow_recorder=recorder,
         canary=canary,
+        variant_aliases=config.variant_aliases,
     )
     app.add_route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"])
     app.add_route("/v1/completions", openai_routes.completions, methods=["POST"])

@@ -12,11 +12,20 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from backends.settings import EmbeddedSettings, VariantSettings
 from serving.errors import ConfigError
 from serving.routing.spec import RouteSpec, WeightedTarget, problems
+from serving.spec_variants import SpecVariant, spec_aliases
 
 DEFAULT_MODEL = "turnout-tiny"
 
@@ -97,8 +106,44 @@ class GatewayConfig(BaseModel):
     shadow: ShadowSettings = ShadowSettings()
     breaker: BreakerConfig = BreakerConfig()
     canary: CanarySettings = CanarySettings()
-    variants: Annotated[dict[str, VariantSettings], Field(min_length=1)]
+    # Variants declared by a deploy spec (serving/spec_variants.py); each one's id is the spec's.
+    specs: list[SpecVariant] = []
+    variants: Annotated[dict[str, VariantSettings], Field(validate_default=True)] = {}
     routes: Annotated[dict[str, RouteSpec], Field(min_length=1)]
+
+    @field_validator("variants")
+    @classmethod
+    def _add_spec_variants(
+        cls, variants: dict[str, VariantSettings], info: ValidationInfo
+    ) -> dict[str, VariantSettings]:
+        merged = dict(variants)
+        for entry in info.data.get("specs", []):
+            spec = entry.loaded
+            for taken in (spec.id, spec.name):
+                if taken in merged:
+                    raise ValueError(
+                        f"spec {entry.spec} (name {spec.name!r}, id {spec.id}) clashes with variant {taken!r}"
+                    )
+            merged[spec.id] = entry.settings
+        if not merged and "specs" in info.data:
+            raise ValueError("declare at least one variant (under variants: or specs:)")
+        return merged
+
+    @field_validator("routes")
+    @classmethod
+    def _spec_names_to_ids(cls, routes: dict[str, RouteSpec], info: ValidationInfo) -> dict[str, RouteSpec]:
+        aliases = spec_aliases(entry.loaded for entry in info.data.get("specs", []))
+        return {name: route.renamed(aliases) for name, route in routes.items()}
+
+    @property
+    def variant_aliases(self) -> dict[str, str]:
+        """Spec name → variant id of every spec-declared variant (admin writes accept either)."""
+        return spec_aliases(entry.loaded for entry in self.specs)
+
+    @property
+    def spec_names(self) -> dict[str, str]:
+        """Variant id → spec name (``turnout_variant_info``'s ``spec`` label)."""
+        return {entry.loaded.id: entry.loaded.name for entry in self.specs}
 
     @model_validator(mode="after")
     def _routes_name_known_variants(self) -> GatewayConfig:
@@ -130,14 +175,15 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in parts)
 
 
-def parse_config(data: object, source: str = "<config>") -> GatewayConfig:
+def parse_config(data: object, source: str = "<config>", base_dir: Path | None = None) -> GatewayConfig:
+    """Validate ``data``; ``specs:`` paths resolve against ``base_dir`` (default: the working folder)."""
     try:
-        return GatewayConfig.model_validate(data)
+        return GatewayConfig.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
     except ValidationError as exc:
         lines = [f"{source}: invalid gateway config"]
         for error in exc.errors():
             where = _field_path(error["loc"]) or "(top level)"
-            lines.append(f"  {where}: {error['msg']}")
+            lines.append(f"  {where}: {str(error['msg']).removeprefix('Value error, ')}")
         raise ConfigError("\n".join(lines)) from None
 
 
@@ -152,4 +198,4 @@ def load_config(path: Path) -> GatewayConfig:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
-    return parse_config(data, str(path))
+    return parse_config(data, str(path), base_dir=path.resolve().parent)

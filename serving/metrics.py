@@ -193,8 +193,8 @@ class GatewayMetrics:
         )
         self.variant_info = Gauge(
             "turnout_variant_info",
-            "1 per variant; its labels say what serves it (join on variant)",
-            ["variant", "kind", "engine", "vendor", "accelerator"],
+            "1 per variant; its labels say what serves it (join on variant); spec: the deploy spec's name",
+            ["variant", "kind", "engine", "vendor", "accelerator", "spec"],
             registry=self.registry,
         )
         if engine_stats is not None:

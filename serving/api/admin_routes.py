@@ -69,9 +69,10 @@ async def _body(request: Request) -> dict[str, Any]:
     return data
 
 
-def _parse_spec(data: object, known: frozenset[str]) -> RouteSpec:
+def _parse_spec(data: object, known: frozenset[str], aliases: dict[str, str]) -> RouteSpec:
+    """Validate a route spec from the body; spec-declared variants may be named by spec name."""
     try:
-        spec = RouteSpec.model_validate(data)
+        spec = RouteSpec.model_validate(data).renamed(aliases)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in ("spec", *error["loc"]))
@@ -103,7 +104,7 @@ async def put_route(request: Request) -> Response:
     body = await _body(request)
     if "spec" not in body:
         raise Unprocessable('The body must be {"spec": {...}, "reason": "..."}', param="spec")
-    spec = _parse_spec(body["spec"], frozenset(state.gateway.backends))
+    spec = _parse_spec(body["spec"], frozenset(state.gateway.backends), state.variant_aliases)
     reason = str(body.get("reason") or "")
     existed = name in state.gateway.routes
     stored = await asyncio.to_thread(
@@ -131,7 +132,9 @@ async def rollback_route(request: Request) -> Response:
         raise ClientError("to_version must be a positive integer", param="to_version")
     if to_version is not None:
         target = await asyncio.to_thread(state.store.get_version, name, to_version)
-        _parse_spec(target.spec.model_dump(mode="json"), frozenset(state.gateway.backends))
+        _parse_spec(
+            target.spec.model_dump(mode="json"), frozenset(state.gateway.backends), state.variant_aliases
+        )
     reason = body.get("reason")
     stored = await asyncio.to_thread(
         state.store.rollback,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from serving.access import Access
 from serving.canary_controller import CanaryController
@@ -24,3 +24,5 @@ class AppState:
     sync: RouteSync
     shadow_recorder: ShadowRecorder
     canary: CanaryController | None = None
+    # Spec name → variant id of spec-declared variants: admin writes may name them either way.
+    variant_aliases: dict[str, str] = field(default_factory=dict)

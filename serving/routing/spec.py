@@ -8,6 +8,7 @@ rules that need the set of configured variants are checked by :func:`problems`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -135,6 +136,23 @@ class RouteSpec(BaseModel):
             WeightedTarget(variant=self.canary.stable, weight=100.0 - share),
             WeightedTarget(variant=self.canary.canary, weight=share),
         ]
+
+    def renamed(self, aliases: Mapping[str, str]) -> RouteSpec:
+        """This spec with each variant reference passed through ``aliases`` (spec name → spec id).
+
+        Names not in ``aliases`` stay as written; the result is validated again (a name and an
+        id of the same variant in one list become a duplicate).
+        """
+        if not aliases or not self.variants() & set(aliases):
+            return self
+        data = self.model_dump()
+        for target in (*data["targets"], *data["shadows"]):
+            target["variant"] = aliases.get(target["variant"], target["variant"])
+        data["fallbacks"] = [aliases.get(name, name) for name in data["fallbacks"]]
+        if data["canary"] is not None:
+            for role in ("stable", "canary"):
+                data["canary"][role] = aliases.get(data["canary"][role], data["canary"][role])
+        return RouteSpec.model_validate(data)
 
     def variants(self) -> set[str]:
         """Every variant the route may send traffic to (primaries, shadows, fallbacks, canary)."""

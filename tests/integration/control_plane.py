@@ -28,7 +28,7 @@ def fault_variant(server: FaultServer, read_timeout: float = 10.0) -> dict[str, 
         "model": "fake-model",
         "engine": "vllm",
         "vendor": "cpu",
-        "accelerator": "cpu",
+        "accelerator": "cpu-x86",
         "timeouts": {"connect": 1.0, "read": read_timeout, "pool": 1.0},
     }
 

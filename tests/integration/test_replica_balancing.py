@@ -46,7 +46,7 @@ def replica_variant(first: str, *others: str, **overrides: Any) -> dict[str, Any
         "model": "fake-model",
         "engine": "vllm",
         "vendor": "cpu",
-        "accelerator": "cpu",
+        "accelerator": "cpu-x86",
         "timeouts": {"connect": 1.0, "read": 10.0, "pool": 1.0},
         **overrides,
     }
@@ -142,7 +142,7 @@ def test_replica_gauges_on_turnout_metrics(gateway: Launched, servers: dict[str,
     url = servers["b"].base_url
     assert metric_value(gateway.url, "turnout_backend_replica_info", replica="1", url=url) == 1
     text = httpx.get(f"{gateway.url}/metrics").text
-    assert 'turnout_variant_info{accelerator="cpu",engine="vllm",kind="openai_http"' in text
+    assert 'turnout_variant_info{accelerator="cpu-x86",engine="vllm",kind="openai_http"' in text
 
 
 def test_an_unreachable_replica_is_skipped_without_client_errors(

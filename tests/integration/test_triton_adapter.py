@@ -25,7 +25,12 @@ from tests.integration.control_plane import metric_value, running_gateway, write
 FACES: dict[str, dict[str, Any]] = {
     "turnout": {"preset": "turnout-tiny"},
     "trtllm": {"preset": "trtllm-ensemble", "stream_model": "ensemble_stream", "accelerator": "h100"},
-    "vllm": {"preset": "triton-vllm", "model": "turnout_tiny_vllm", "vendor": "cpu", "accelerator": "cpu"},
+    "vllm": {
+        "preset": "triton-vllm",
+        "model": "turnout_tiny_vllm",
+        "vendor": "cpu",
+        "accelerator": "cpu-x86",
+    },
 }
 VARIANTS = [f"{face}-{protocol}" for face in FACES for protocol in ("generate", "grpc")]
 
@@ -163,6 +168,6 @@ def test_engine_and_vendor_labels(gateway: Launched) -> None:
     assert (
         metric_value(gateway.url, "turnout_variant_info", variant="trtllm-grpc", kind="triton", **trtllm) == 1
     )
-    cpu = {"engine": "triton", "vendor": "cpu", "accelerator": "cpu"}
+    cpu = {"engine": "triton", "vendor": "cpu", "accelerator": "cpu-x86"}
     assert metric_value(gateway.url, "turnout_variant_info", variant="turnout-generate", **cpu) == 1
     assert metric_value(gateway.url, "turnout_requests_total", variant="vllm-grpc", status="200") >= 3

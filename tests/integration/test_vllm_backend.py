@@ -32,7 +32,7 @@ def gateway(vllm: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "model": MODEL,
         "engine": "vllm",
         "vendor": "cpu",
-        "accelerator": "cpu",
+        "accelerator": "cpu-x86",
     }
     # TensorRT-LLM's OpenAI face: the same adapter, its preset (engine trtllm-serve, NVIDIA).
     trtllm_serve = {"kind": "openai_http", "preset": "trtllm-serve", "base_url": vllm.base_url}
@@ -101,7 +101,7 @@ def test_vllm_errors_come_back_as_openai_errors_with_its_status(gateway: Launche
 
 
 def test_vendor_and_accelerator_are_in_the_metrics(gateway: Launched) -> None:
-    labels = {"variant": "tiny-vllm-cpu", "engine": "vllm", "vendor": "cpu", "accelerator": "cpu"}
+    labels = {"variant": "tiny-vllm-cpu", "engine": "vllm", "vendor": "cpu", "accelerator": "cpu-x86"}
     assert metric_value(gateway.url, "turnout_variant_info", kind="openai_http", **labels) == 1
 
 
