@@ -1,9 +1,11 @@
-"""A variant served by several OpenAI-compatible replicas: pick one per request, by load.
+"""A variant served by several replicas of one engine: pick one per request, by load.
 
 It sits where a single adapter would, between ``serving.gateway`` and the engines, behind
 the same :class:`~backends.base.Backend` protocol; ``backends.registry`` builds it only
-for a variant with ``replicas`` (one without keeps the bare :class:`OpenAIHttpBackend`).
-It holds one :class:`OpenAIHttpBackend` per replica. Per request it asks the pure policy
+for a variant with ``replicas`` (one without keeps the bare adapter). It holds one adapter
+per replica: :class:`OpenAIHttpBackend` (vLLM, trtllm-serve, SGLang, another Turnout) or
+:class:`TritonBackend` (each Triton server's own metrics port is scraped for its
+``nv_inference_pending_request_count``). Per request it asks the pure policy
 (``serving.routing.balance.choose``) with each replica's in-flight count, kept here, and
 the engine figures ``backends.load_probe`` last scraped, then calls that replica.
 
@@ -16,15 +18,14 @@ timeouts, failures mid-stream) is the gateway's to handle: retries, fallbacks, b
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic import HttpUrl
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest
+from backends.base import Backend, BackendInfo, Chunk, Completion, GenerateRequest
 from backends.load_probe import EngineLoad, LoadProbe, metrics_url
-from backends.openai_http import OpenAIHttpBackend
-from backends.settings import OpenAIHttpSettings
+from backends.settings import BalanceSettings, OpenAIHttpSettings, TritonSettings
 from serving.errors import BackendUnavailable
 from serving.metrics import ReplicaFigures
 from serving.routing.balance import ReplicaLoad, choose
@@ -34,9 +35,44 @@ def _one_server(settings: OpenAIHttpSettings, url: HttpUrl) -> OpenAIHttpSetting
     return settings.model_copy(update={"base_url": url, "replicas": ()})
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One replica: its adapter, the address it is known by, and its engine's metrics page."""
+
+    backend: Backend
+    url: str
+    metrics_url: str
+
+
+def openai_members(name: str, settings: OpenAIHttpSettings) -> list[Member]:
+    from backends.openai_http import OpenAIHttpBackend
+
+    return [
+        Member(
+            OpenAIHttpBackend(f"{name}[{i}]", _one_server(settings, url)),
+            str(url),
+            metrics_url(str(url), settings.balance.metrics_path),
+        )
+        for i, url in enumerate((settings.base_url, *settings.replicas))
+    ]
+
+
+def triton_members(name: str, settings: TritonSettings) -> list[Member]:
+    from backends.triton import TritonBackend
+
+    members = []
+    for i, server in enumerate(settings.servers()):
+        one = settings.model_copy(
+            update={"url": server.url, "grpc_url": server.grpc_url, "metrics_url": None, "replicas": ()}
+        )
+        address = str(server.url) if settings.protocol == "generate" else str(server.grpc_url)
+        members.append(Member(TritonBackend(f"{name}[{i}]", one), address, str(server.metrics_url)))
+    return members
+
+
 @dataclass(slots=True)
 class _Replica:
-    backend: OpenAIHttpBackend
+    backend: Backend
     url: str
     healthy: bool = True
     down_since: float = float("-inf")  # monotonic time it was marked down by a failed call
@@ -57,25 +93,26 @@ class ReplicaSetBackend:
     def __init__(
         self,
         name: str,
-        settings: OpenAIHttpSettings,
+        settings: OpenAIHttpSettings | TritonSettings,
         *,
         draw: Callable[[], float] = random.random,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.name = name
         self.settings = settings
-        self.replicas = [
-            _Replica(OpenAIHttpBackend(f"{name}[{i}]", _one_server(settings, url)), str(url))
-            for i, url in enumerate((settings.base_url, *settings.replicas))
-        ]
-        urls = [replica.url for replica in self.replicas]
+        members: Sequence[Member] = (
+            triton_members(name, settings)
+            if isinstance(settings, TritonSettings)
+            else openai_members(name, settings)
+        )
+        self.replicas = [_Replica(member.backend, member.url) for member in members]
         self.info: BackendInfo = self.replicas[0].backend.info
-        self.policy = settings.balance.policy
+        balance: BalanceSettings = settings.balance
+        self.policy = balance.policy
         self._draw = draw
-        balance = settings.balance
         probe_args = {} if clock is None else {"clock": clock}
         self.probe = LoadProbe(
-            [metrics_url(url, balance.metrics_path) for url in urls],
+            [member.metrics_url for member in members],
             balance.probe_interval_s,
             balance.probe_timeout_s,
             self._probed,

@@ -96,6 +96,14 @@ class OpenAIHttpSettings(StrictModel):
         return self
 
 
+class TritonServer(StrictModel):
+    """One more Triton server of a replicated Triton variant (same model repository)."""
+
+    url: HttpUrl | None = None
+    grpc_url: Annotated[str, Field(pattern=r"^[^/\s]+:\d+$")] | None = None
+    metrics_url: HttpUrl | None = None  # its Prometheus page, e.g. http://host:8002/metrics
+
+
 class TritonSettings(StrictModel):
     """A Triton Inference Server model (``backends/triton.py``): its own, TensorRT-LLM's or vLLM's.
 
@@ -132,6 +140,11 @@ class TritonSettings(StrictModel):
     default_max_tokens: Annotated[int, Field(ge=1)] = 256
     timeouts: TimeoutSettings = TimeoutSettings()
     max_connections: Annotated[int, Field(ge=1)] = 256
+    # Load-aware replicas (backends/replica_set.py): more servers of the same model, chosen per
+    # request by their queues (nv_inference_pending_request_count on each one's metrics_url).
+    metrics_url: HttpUrl | None = None  # this server's Prometheus page (needed with replicas)
+    replicas: tuple[TritonServer, ...] = ()
+    balance: BalanceSettings = BalanceSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -140,11 +153,25 @@ class TritonSettings(StrictModel):
 
     @model_validator(mode="after")
     def _endpoint_for_protocol(self) -> TritonSettings:
-        if self.protocol == "generate" and self.url is None:
-            raise ValueError("protocol generate needs url (Triton's HTTP base, e.g. http://127.0.0.1:8000)")
-        if self.protocol == "grpc" and self.grpc_url is None:
-            raise ValueError("protocol grpc needs grpc_url (host:port, e.g. 127.0.0.1:8001)")
+        for index, server in enumerate(self.servers()):
+            where = f"replicas.{index - 1}." if index else ""
+            if self.protocol == "generate" and server.url is None:
+                raise ValueError(f"{where}url: protocol generate needs url (Triton's HTTP base, e.g. http://h:8000)")
+            if self.protocol == "grpc" and server.grpc_url is None:
+                raise ValueError(f"{where}grpc_url: protocol grpc needs grpc_url (host:port, e.g. h:8001)")
+            if self.replicas and server.metrics_url is None:
+                raise ValueError(f"{where}metrics_url: a replicated variant needs each server's metrics page")
+        addresses = [str(s.url if self.protocol == "generate" else s.grpc_url) for s in self.servers()]
+        if len(set(addresses)) != len(addresses):
+            raise ValueError("the server and its replicas must all be different servers")
         return self
+
+    def servers(self) -> list[TritonServer]:
+        """Every server of the variant, this one first (its metrics_url may be unset alone)."""
+        first = TritonServer.model_construct(
+            url=self.url, grpc_url=self.grpc_url, metrics_url=self.metrics_url
+        )
+        return [first, *self.replicas]
 
 
 VariantSettings = Annotated[

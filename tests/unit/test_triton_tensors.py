@@ -216,7 +216,7 @@ def test_config_errors_name_the_yaml_path() -> None:
         "variants": {"t": {"kind": "triton", "model": "m", "protocol": "grpc", "url": "http://h:1"}},
         "routes": {"r": {"targets": [{"variant": "t"}]}},
     }
-    with pytest.raises(ConfigError, match=r"variants\.t: Value error, protocol grpc needs grpc_url"):
+    with pytest.raises(ConfigError, match=r"variants\.t: grpc_url: protocol grpc needs grpc_url"):
         parse_config(bad)
     bad["variants"]["t"] = {"kind": "triton", "model": "m", "url": "http://h:1", "tensors": "onnx"}
     with pytest.raises(ConfigError, match=r"variants\.t\.tensors: "):
