@@ -18,7 +18,7 @@ from serving.auth import bearer_token as parse_bearer
 from serving.config import AuthSettings
 from serving.errors import RateLimited
 from serving.metrics import GatewayMetrics
-from serving.ratelimit import RateLimiter
+from serving.ratelimit_shared import Limiter, LocalLimiter
 
 
 class Access:
@@ -28,18 +28,19 @@ class Access:
         metrics: GatewayMetrics,
         *,
         clock: Callable[[], float] = time.monotonic,
+        limiter: Limiter | None = None,
     ) -> None:
         self._settings = settings
         self._metrics = metrics
-        self._clock = clock
         self._bootstrap = os.environ.get(settings.admin_token_env) or None
-        self.limiter = RateLimiter()
+        # In-process buckets by default; serving.ray_app passes one shared by every replica.
+        self.limiter: Limiter = limiter or LocalLimiter(clock)
         self.keyring = KeyRing((), bootstrap_admin_token=self._bootstrap)
 
     def reload(self, records: Iterable[KeyLike]) -> None:
         self.keyring = KeyRing(records, bootstrap_admin_token=self._bootstrap)
 
-    def client(self, authorization: str | None, api_key_header: str | None = None) -> Principal:
+    async def client(self, authorization: str | None, api_key_header: str | None = None) -> Principal:
         presented = parse_bearer(authorization) or api_key_header or None
         principal = self.keyring.lookup(presented) if presented else None
         principal = authorize_client(
@@ -47,7 +48,7 @@ class Access:
         )
         if principal.rpm is None and principal.tpm is None:
             return principal
-        wait = self.limiter.admit(principal.name, principal.rpm, principal.tpm, self._clock())
+        wait = await self.limiter.admit(principal.name, principal.rpm, principal.tpm)
         if wait is not None:
             self._metrics.rate_limited.labels(principal.name).inc()
             raise RateLimited(
@@ -59,7 +60,7 @@ class Access:
 
     def charge(self, principal: Principal, tokens: int) -> None:
         if principal.tpm is not None and principal is not ANONYMOUS:
-            self.limiter.charge_tokens(principal.name, tokens, principal.tpm, self._clock())
+            self.limiter.charge(principal.name, tokens, principal.tpm)
 
     def admin(self, authorization: str | None, needed: Role) -> Principal:
         token = parse_bearer(authorization)

@@ -27,6 +27,7 @@ from serving.config import GatewayConfig, default_config
 from serving.errors import TurnoutError
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics, ReplicaFigures, ReplicaStats
+from serving.ratelimit_shared import Limiter
 from serving.route_sync import RouteSync
 from serving.shadow import ShadowTee
 from serving.shadow_recorder import ShadowRecorder
@@ -79,10 +80,19 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def create_app(config: GatewayConfig | None = None) -> FastAPI:
+def create_app(
+    config: GatewayConfig | None = None,
+    *,
+    backends: Mapping[str, Backend] | None = None,
+    limiter: Callable[[GatewayMetrics], Limiter] | None = None,
+) -> FastAPI:
+    """The gateway app. ``backends`` replaces the adapters of the variants it names (Ray Serve
+    engine handles, ``serving.ray_app``); ``limiter`` builds a rate limiter shared by replicas."""
     config = config or default_config()
-    backends: dict[str, Backend] = {
-        name: build_backend(name, settings) for name, settings in config.variants.items()
+    given = backends or {}
+    backends = {
+        name: given[name] if name in given else build_backend(name, settings)
+        for name, settings in config.variants.items()
     }
     metrics = GatewayMetrics(engine_stats=_engine_stats(backends), replica_stats=_replica_stats(backends))
     spec_names = config.spec_names
@@ -96,7 +106,7 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     recorder = ShadowRecorder(config.shadow.recent_differences)
     tee = ShadowTee(backends, metrics, recorder, max_in_flight=config.shadow.max_in_flight)
     gateway = Gateway(config, backends, metrics, shadows=tee)
-    access = Access(config.auth, metrics)
+    access = Access(config.auth, metrics, limiter=limiter(metrics) if limiter else None)
     store = RouteStore(config.store.url)
     sync = RouteSync(store, gateway, access, config.store.poll_interval_s)
     canary = CanaryController(gateway, sync, metrics, config.canary.tick_s)

@@ -1,7 +1,9 @@
 """The ``turnout`` command: ``serve`` runs the gateway, ``model build`` re-creates the shipped model,
 ``routes`` changes a running gateway's routes (admin API), ``keys`` manages API keys (store),
 ``plan`` and ``deploy validate`` size and check a variant spec before launch (``deploy.cli``),
-``backends up triton|vllm`` installs and runs a real engine locally (``serving.cli_backends``).
+``backends up triton|vllm`` installs and runs a real engine locally (``serving.cli_backends``),
+``loadtest`` drives a gateway with locust (``loadtests.cli``), ``eval`` measures accuracy through the
+API and ``compare`` joins load and eval runs into one report (``evals.cli``).
 
 ``turnout serve`` with no arguments serves the project's own model (fp32, int8, int4)
 on 127.0.0.1:8000 with the embedded CPU engine; ``--config gateway.yaml`` declares
@@ -74,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--log-level", help="uvicorn log level (default from config: info)")
     serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.add_argument(
+        "--ray", action="store_true", help="run as a Ray Serve application (needs turnout[ray])"
+    )
+    serve.add_argument(
+        "--replicas", type=int, default=None, help="gateway replicas under --ray (default 1)"
+    )
     model = commands.add_parser("model", help="the project's own model")
     model_commands = model.add_subparsers(dest="model_command", required=True)
     model_commands.add_parser(
@@ -85,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     from deploy import cli as deploy_cli  # argparse only; the deploy modules load in run()
 
     deploy_cli.register(commands)
+    from evals import cli as evals_cli
+    from loadtests import cli as loadtests_cli
+
+    loadtests_cli.register(commands)
+    evals_cli.register(commands)
     return parser
 
 
@@ -94,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         return _model_build(argv[2:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
+        if args.ray:
+            from serving import ray_cli
+
+            return ray_cli.serve(args)
         return _serve(args)
     if args.command == "routes":
         return cli_routes.run(args)
@@ -105,6 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         from deploy import cli as deploy_cli
 
         return deploy_cli.run(args)
+    if args.command == "loadtest":
+        from loadtests import cli as loadtests_cli
+
+        return loadtests_cli.run(args)
+    if args.command in ("eval", "compare"):
+        from evals import cli as evals_cli
+
+        return evals_cli.run(args)
     return 2
 
 

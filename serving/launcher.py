@@ -55,10 +55,14 @@ def gateway_process(
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
     cpus: str | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[Launched]:
-    """Run ``turnout serve`` (pinned to ``cpus`` with taskset if given) until the block ends."""
+    """Run ``turnout serve`` (pinned to ``cpus`` with taskset if given) until the block ends.
+
+    ``extra_args`` go to ``turnout serve`` (e.g. ``--ray --replicas 2``)."""
     port = free_port()
     cmd = [sys.executable, "-m", "serving.cli", "serve", "--port", str(port), "--log-level", "warning"]
+    cmd += list(extra_args)
     if cpus is not None:
         cmd = ["taskset", "-c", cpus, *cmd]
     if config is not None:
@@ -80,7 +84,7 @@ def gateway_process(
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)

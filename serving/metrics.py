@@ -185,6 +185,11 @@ class GatewayMetrics:
         self.rate_limited = Counter(
             "turnout_rate_limited", "Requests refused by per-key limits", ["key"], registry=self.registry
         )
+        self.shared_limit_unreachable = Counter(
+            "turnout_ratelimit_shared_unreachable",
+            "Rate-limit decisions made per replica because the shared counter was unreachable",
+            registry=self.registry,
+        )
         self.canary_actions = Counter(
             "turnout_canary_actions",
             "Canary verdicts acted on (promote, complete, rollback)",

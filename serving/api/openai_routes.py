@@ -185,7 +185,8 @@ async def _serve(request: Request, chat: bool) -> Response:
     headers = {"x-request-id": rid}
     routed: Routed | None = None
     try:
-        principal = state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
+        headers_in = request.headers
+        principal = await state.access.client(headers_in.get("authorization"), headers_in.get("api-key"))
         body = await read_body(request, state.max_body_bytes)
         wire = parse_wire(ChatCompletionRequest if chat else CompletionRequest, body)
         wire.check()
@@ -238,14 +239,14 @@ def _model_card(name: str, created: int) -> dict[str, Any]:
 
 async def list_models(request: Request) -> Response:
     state: AppState = request.app.state.turnout
-    state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
+    await state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
     data = [_model_card(name, state.started) for name in state.gateway.route_names()]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
 async def get_model(request: Request) -> Response:
     state: AppState = request.app.state.turnout
-    state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
+    await state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
     name = request.path_params["model"]
     if name not in state.gateway.route_names():
         return error_response(NotFound(f"The model '{name}' does not exist", param="model"), {})

@@ -1,0 +1,79 @@
+"""Ray Serve scale-out benchmark: 1 vs 2 gateway replicas under Ray, and what Ray's proxy adds.
+
+The same fast fake upstream (``backends/fault.py``) behind three gateways started one after the
+other: plain ``turnout serve`` (uvicorn, one process) and ``turnout serve --ray --replicas N``
+for N = 1 and 2 (Ray Serve's HTTP proxy → gateway replicas). For each: latency at concurrency 1
+(p50, p99) and throughput at concurrency 32, with the closed-loop load generator of
+``bench/gateway_overhead.py``. Prints the figures and the ratios; not a test.
+
+    python bench/ray_scaleout.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from backends.fault import FaultServer  # noqa: E402
+from bench.gateway_overhead import MODEL, _run_loop, http_request, run_phase  # noqa: E402
+from serving.launcher import gateway_process  # noqa: E402
+
+
+def _config(folder: Path, fault_url: str) -> Path:
+    path = folder / "gateway.yaml"
+    path.write_text(
+        f"variants:\n  fake:\n    kind: openai_http\n    base_url: {fault_url}/v1\n    model: {MODEL}\n"
+        f"routes:\n  {MODEL}:\n    targets: [{{variant: fake}}]\n"
+        f"store:\n  url: sqlite:///{folder / 'routes.db'}\nauth:\n  anonymous_clients: true\n"
+    )
+    return path
+
+
+def _measure(name: str, port: int, quick: bool) -> dict[str, float]:
+    data = http_request(port, False)
+    c1 = _run_loop(run_phase(port, data, 1, 300 if quick else 1500, 5 if quick else 15, 50))
+    c32 = _run_loop(run_phase(port, data, 32, 10**9, 3 if quick else 10, 200))
+    row = {
+        "p50_ms": c1.pct("lat", 0.5),
+        "p99_ms": c1.pct("lat", 0.99),
+        "rps_c32": c32.rps,
+        "p50_c32_ms": c32.pct("lat", 0.5),
+        "errors": c1.errors + c32.errors,
+    }
+    print(f"[{name}] c=1 p50 {row['p50_ms']:.2f} ms p99 {row['p99_ms']:.2f} ms, "
+          f"c=32 {row['rps_c32']:.0f} req/s (p50 {row['p50_c32_ms']:.1f} ms), errors {row['errors']:.0f}",
+          flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
+    args = parser.parse_args(argv)
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="turnout-ray-bench-") as tmp, FaultServer() as fault:
+        config = _config(Path(tmp), fault.base_url.removesuffix("/v1"))
+        runs = {"uvicorn": (), "ray x1": ("--ray", "--replicas", "1"), "ray x2": ("--ray", "--replicas", "2")}
+        for name, extra in runs.items():
+            with gateway_process(config, timeout=120, extra_args=extra) as launched:
+                port = int(launched.url.rsplit(":", 1)[1])
+                rows[name] = _measure(name, port, args.quick)
+    plain, one, two = rows["uvicorn"], rows["ray x1"], rows["ray x2"]
+    print(f"\n{'':28}{'uvicorn':>10}{'ray x1':>10}{'ray x2':>10}")
+    for key, label in (("p50_ms", "c=1 p50 (ms)"), ("p99_ms", "c=1 p99 (ms)"),
+                       ("rps_c32", "c=32 throughput (req/s)"), ("p50_c32_ms", "c=32 p50 (ms)")):
+        print(f"{label:28}{plain[key]:>10.2f}{one[key]:>10.2f}{two[key]:>10.2f}")
+    print(f"\nRay proxy adds at c=1 p50: {one['p50_ms'] - plain['p50_ms']:+.2f} ms over uvicorn")
+    print(f"2 vs 1 Ray gateway replicas, throughput: {two['rps_c32'] / one['rps_c32']:.2f}x; "
+          f"Ray x2 vs uvicorn: {two['rps_c32'] / plain['rps_c32']:.2f}x (cores: {os.cpu_count()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""``turnout serve --ray``: run the gateway as a Ray Serve application on a local Ray cluster.
+
+Off the request path: it starts Ray (``ray.init`` on this machine, no dashboard), Ray Serve's
+HTTP proxy on ``--host``/``--port``, and the application of ``serving.ray_app`` with
+``--replicas`` gateway replicas; then waits for Ctrl-C or SIGTERM and shuts Serve and Ray
+down, leaving no Ray process behind. On a multi-node cluster deploy the rendered config
+instead (``turnout deploy render --target ray``, or KubeRay's RayService with ``--target k8s``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from serving.errors import ConfigError
+
+INSTALL_HINT = "pip install 'turnout[ray]'"
+SHUTDOWN_S = 20.0
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        import ray
+        from ray import serve as ray_serve
+    except ImportError:
+        print(f"turnout: --ray needs Ray Serve: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    from serving.config import default_config, load_config
+    from serving.ray_app import build_from_config
+
+    replicas = args.replicas or 1
+    if replicas < 1:
+        print("turnout: --replicas must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        if args.config:
+            path = str(Path(args.config).resolve())
+            config = load_config(Path(path))
+            source: Any = path
+        else:
+            config = default_config()
+            source = config.model_dump(mode="json")  # the store URL resolved here, once
+    except ConfigError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 2
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    stop = threading.Event()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(
+        address="local",
+        num_cpus=os.cpu_count() or 2,
+        include_dashboard=False,
+        object_store_memory=100_000_000,
+        log_to_driver=args.log_level in ("debug", "info"),
+        logging_level=logging.getLevelName((args.log_level or "warning").upper()),
+    )
+    try:
+        ray_serve.start(http_options={"host": host, "port": port})
+        app = build_from_config(config, source, gateway_replicas=replicas)
+        ray_serve.run(app, name="turnout", route_prefix="/", blocking=False)
+        # After ray.init, which installs handlers of its own: Ctrl-C and SIGTERM end the wait.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        print(f"turnout: Ray Serve gateway on http://{host}:{port} ({replicas} replica(s))", flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        # Serve's graceful shutdown waits on its controller; cap it, then stop the whole node.
+        closing = threading.Thread(target=ray_serve.shutdown, daemon=True)
+        closing.start()
+        closing.join(SHUTDOWN_S)
+        ray.shutdown()
+    return 0
