@@ -1,15 +1,127 @@
-"""``turnout loadtest``: argparse wiring for the locust runner (placeholder until the runner lands)."""
+"""``turnout loadtest`` and ``turnout loadtest compare``: argparse in front of the runner and the reports.
+
+``turnout loadtest --target URL --route NAME --scenario steady --users 16 --duration 60s --out DIR``
+runs locust headless (``loadtests.runner``); ``turnout loadtest compare DIR1 DIR2 … [--png F]``
+prints the runs side by side and writes a chart (``loadtests.report``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
+
+INSTALL_HINT = "pip install 'turnout[loadtest]'"
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``2m``, ``1h`` → seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 2m)") from None
 
 
 def register(commands: Any) -> None:
-    commands.add_parser("loadtest", help="load-test a gateway with locust (not built yet)")
+    run = commands.add_parser(
+        "loadtest",
+        help="load-test a gateway with locust (`turnout loadtest compare DIR…` to compare runs)",
+        description=__doc__,
+    )
+    run.add_argument("--target", required=True, help="gateway base URL, e.g. http://127.0.0.1:8000")
+    run.add_argument("--route", required=True, help="the model name to request")
+    run.add_argument("--scenario", choices=("steady", "ramp", "spike", "soak"), default="steady")
+    run.add_argument("--users", type=int, default=16, help="simulated users (ramp: the most)")
+    run.add_argument("--duration", type=duration, default=60.0, help="bound of the run (default 60s)")
+    run.add_argument("--out", type=Path, required=True, help="folder for the run's files")
+    run.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    run.add_argument("--no-stream", action="store_true", help="ask for whole answers (default: stream)")
+    run.add_argument("--prompt-tokens", default="8", help="N or LO-HI (uniform), default 8")
+    run.add_argument("--max-tokens", default="16", help="N or LO-HI (uniform), default 16")
+    run.add_argument("--trace", type=Path, help="JSONL of {prompt_tokens, max_tokens} to draw from")
+    run.add_argument("--variant", help="pin a variant (x-turnout-variant request header)")
+    run.add_argument("--temperature", type=float, help="sampling temperature (default: the server's)")
+    run.add_argument("--api-key", help="client key (Authorization: Bearer …)")
+    run.add_argument("--step-users", type=int, default=2, help="ramp: users added per step")
+    run.add_argument("--step", type=duration, default=5.0, help="ramp: step length (default 5s)")
+    run.add_argument("--slo-p95-ttft-ms", type=float, default=1000.0, help="ramp SLO (default 1000)")
+    run.add_argument("--slo-max-error-rate", type=float, default=0.01, help="ramp SLO (default 0.01)")
+    run.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds")
+    run.add_argument("--seed", type=int, default=0)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    # Only look: importing locust here would monkey-patch this process with gevent.
+    if importlib.util.find_spec("locust") is None:
+        print(f"turnout: loadtest needs locust: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    from loadtests.runner import LoadTest, run
+    from loadtests.scenarios import Scenario
+    from loadtests.shapes import ShapeError, parse_shape
+    from loadtests.stats import Slo
+
+    if args.users < 1 or args.duration <= 0:
+        print("turnout: --users must be ≥ 1 and --duration > 0", file=sys.stderr)
+        return 2
+    try:
+        shape = parse_shape(args.prompt_tokens, args.max_tokens, args.trace)
+    except (ShapeError, OSError) as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 2
+    test = LoadTest(
+        target=args.target.rstrip("/"),
+        route=args.route,
+        out=args.out,
+        scenario=Scenario(args.scenario, args.users, args.duration, args.step_users, args.step),
+        shape=shape,
+        endpoint=args.endpoint,
+        stream=not args.no_stream,
+        variant=args.variant,
+        temperature=args.temperature,
+        slo=Slo(args.slo_p95_ttft_ms, args.slo_max_error_rate),
+        timeout_s=args.timeout,
+        seed=args.seed,
+        api_key=args.api_key,
+    )
+    try:
+        summary = run(test)
+    except RuntimeError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 1
+    print((args.out / "summary.md").read_text())
+    return 0 if summary["overall"]["requests"] else 1
+
+
+def compare_main(argv: list[str]) -> int:
+    """``turnout loadtest compare DIR… [--png FILE]``."""
+    parser = argparse.ArgumentParser(prog="turnout loadtest compare", description="compare load-test runs")
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with summary.json)")
+    parser.add_argument("--png", type=Path, help="chart file (default: compare.png next to the first run)")
+    args = parser.parse_args(argv)
+    from loadtests.report import compare_chart, compare_table, load_summary, run_label
+
+    try:
+        summaries = [(folder, load_summary(folder)) for folder in args.runs]
+        runs = [(run_label(summary, folder), summary) for folder, summary in summaries]
+    except ValueError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 2
+    print(compare_table(runs))
+    png = args.png or args.runs[0].parent / "compare.png"
+    try:
+        compare_chart(runs, png)
+    except ImportError:
+        print("turnout: the chart needs matplotlib: pip install 'turnout[report]'", file=sys.stderr)
+        return 2
+    print(f"chart: {png}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    print("turnout: loadtest is not built yet")
-    return 2
+    return _run(args)

@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["model", "build"]:
         return _model_build(argv[2:])
+    if argv[:2] == ["loadtest", "compare"]:
+        from loadtests import cli as loadtests_cli
+
+        return loadtests_cli.compare_main(argv[2:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         if args.ray:

@@ -1,0 +1,197 @@
+"""The locustfile ``turnout loadtest`` runs: simulated OpenAI clients, LLM timings, the scenario shape.
+
+Runs inside the locust process the runner starts (``loadtests/runner.py``); configured by the
+JSON in ``$TURNOUT_LOADTEST``. Each simulated user (``FastHttpUser``: plain ``HttpUser`` tops
+out far lower here) sends chat or completion requests, streamed or not, with prompt and output
+lengths from the configured shape, its own stickiness key (``x-turnout-key``) so A/B splits
+behave as in production, and optionally a pinned variant header. Per request it records to
+locust custom entries (request types ``TTFT``, ``ITL``, ``E2E`` in ms, ``TOK/S`` with the
+output tokens per second in the time column) and one JSON line in the records file, from
+which the runner computes the summary (exact percentiles, per variant).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from locust import FastHttpUser, LoadTestShape, constant, events, task
+
+from loadtests.scenarios import Scenario, users_at
+from loadtests.shapes import RequestShape, prompt_of
+from loadtests.stats import Record, Slo, step_figures
+
+CONFIG: dict[str, Any] = json.loads(os.environ.get("TURNOUT_LOADTEST", "{}"))
+SHAPE = RequestShape(
+    kind=CONFIG.get("shape", {}).get("kind", "fixed"),
+    prompt_tokens=tuple(CONFIG.get("shape", {}).get("prompt_tokens", (8, 8))),  # type: ignore[arg-type]
+    max_tokens=tuple(CONFIG.get("shape", {}).get("max_tokens", (16, 16))),  # type: ignore[arg-type]
+    trace=tuple(tuple(pair) for pair in CONFIG.get("shape", {}).get("trace", ())),  # type: ignore[misc]
+)
+RECORDS: list[Record] = []
+_started = time.monotonic()
+_out = open(CONFIG["records"], "a", buffering=1) if CONFIG.get("records") else None  # noqa: SIM115
+
+
+@events.test_start.add_listener
+def _on_start(**_: Any) -> None:
+    global _started
+    _started = time.monotonic()
+
+
+def _record(row: dict[str, Any]) -> None:
+    row["t"] = round(time.monotonic() - _started, 4)
+    RECORDS.append(Record.from_json(row))
+    if _out is not None:
+        _out.write(json.dumps(row) + "\n")
+
+
+def _content(event: dict[str, Any], chat: bool) -> str:
+    choices = event.get("choices") or []
+    if not choices:
+        return ""
+    if chat:
+        return str((choices[0].get("delta") or {}).get("content") or "")
+    return str(choices[0].get("text") or "")
+
+
+class OpenAIUser(FastHttpUser):
+    wait_time = constant(0)  # closed loop: each user sends its next request when the last ends
+    network_timeout = float(CONFIG.get("timeout_s", 60))
+    connection_timeout = 10.0
+
+    def on_start(self) -> None:
+        self.rng = random.Random(f"{CONFIG.get('seed', 0)}-{id(self)}")
+        self.sticky = f"user-{self.rng.randrange(10**9)}"
+
+    def _body(self) -> dict[str, Any]:
+        words, max_tokens = SHAPE.draw(self.rng)
+        prompt = prompt_of(words, self.rng)
+        body: dict[str, Any] = {"model": CONFIG["route"], "max_tokens": max_tokens, "user": self.sticky}
+        if CONFIG.get("endpoint", "chat") == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if CONFIG.get("stream", True):
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        if CONFIG.get("temperature") is not None:
+            body["temperature"] = CONFIG["temperature"]
+        return body
+
+    def _fire(self, kind: str, value: float | None) -> None:
+        if value is not None:
+            self.environment.events.request.fire(
+                request_type=kind,
+                name=CONFIG["route"],
+                response_time=value,
+                response_length=0,
+                exception=None,
+            )
+
+    @task
+    def generate(self) -> None:
+        chat = CONFIG.get("endpoint", "chat") == "chat"
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        headers = {"x-turnout-key": self.sticky}
+        if CONFIG.get("api_key"):
+            headers["authorization"] = f"Bearer {CONFIG['api_key']}"
+        if CONFIG.get("variant"):
+            headers["x-turnout-variant"] = CONFIG["variant"]
+        row: dict[str, Any] = {"status": 0, "error": None, "ttft_ms": None, "itl_ms": None}
+        row["output_tokens"] = 0
+        start = time.perf_counter()
+        stream = bool(CONFIG.get("stream", True))
+        try:
+            with self.client.post(
+                path, json=self._body(), headers=headers, stream=stream, catch_response=True, name=path
+            ) as response:
+                row["status"] = response.status_code or 0
+                row["variant"] = (response.headers or {}).get("x-turnout-variant", "?")
+                if row["status"] != 200:
+                    row["error"] = f"http_{row['status']}" if row["status"] else "connection"
+                    response.failure(row["error"])
+                elif stream:
+                    self._read_stream(response, chat, start, row)
+                else:
+                    usage = (response.json() or {}).get("usage") or {}
+                    row["output_tokens"] = int(usage.get("completion_tokens", 0))
+                if row["error"] is None:
+                    response.success()
+                else:
+                    response.failure(row["error"])
+        except Exception as exc:  # timeouts and dropped connections end up here
+            timed_out = "timeout" in type(exc).__name__.lower() or "timed out" in str(exc)
+            row["error"] = "timeout" if timed_out else "connection"
+        row["latency_ms"] = (time.perf_counter() - start) * 1000
+        if row["error"] is None:
+            self._fire("E2E", row["latency_ms"])
+            self._fire("TTFT", row["ttft_ms"])
+            self._fire("ITL", row["itl_ms"])
+            seconds = row["latency_ms"] / 1000
+            tokens = row["output_tokens"]
+            self._fire("TOK/S", tokens / seconds if seconds > 0 and tokens else None)
+        _record(row)
+
+    def _read_stream(self, response: Any, chat: bool, start: float, row: dict[str, Any]) -> None:
+        """Read the SSE answer line by line (a line arrives as soon as the gateway sends it)."""
+        raw = response._response  # geventhttpclient's response: readline() returns what has arrived
+        stamps = []
+        while True:
+            line = raw.readline(b"\n")
+            if not line:
+                break
+            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                continue
+            event = json.loads(line[len(b"data: ") :])
+            if "error" in event:
+                row["error"] = "stream_error"
+                continue
+            if _content(event, chat):
+                stamps.append(time.perf_counter())
+            usage = event.get("usage")
+            if usage:
+                row["output_tokens"] = int(usage.get("completion_tokens", 0))
+        if stamps:
+            row["ttft_ms"] = (stamps[0] - start) * 1000
+            if len(stamps) > 1:
+                row["itl_ms"] = (stamps[-1] - stamps[0]) * 1000 / (len(stamps) - 1)
+
+
+SCENARIO = Scenario(
+    name=CONFIG.get("scenario", "steady"),
+    users=int(CONFIG.get("users", 1)),
+    duration_s=float(CONFIG.get("duration_s", 10)),
+    step_users=int(CONFIG.get("step_users", 2)),
+    step_s=float(CONFIG.get("step_s", 5)),
+)
+SLO = Slo(float(CONFIG.get("slo_p95_ttft_ms", 1000)), float(CONFIG.get("slo_max_error_rate", 0.01)))
+STEPS: list[dict[str, Any]] = []
+
+
+class ScenarioShape(LoadTestShape):
+    """Users over time from ``loadtests.scenarios``; a ramp ends at the first step over its SLO."""
+
+    def tick(self) -> tuple[int, float] | None:
+        elapsed = self.get_run_time()
+        if SCENARIO.name == "ramp" and not self._judge(elapsed):
+            return None
+        users = users_at(SCENARIO, elapsed)
+        return None if users is None else (users, max(1.0, float(users)))
+
+    def _judge(self, elapsed: float) -> bool:
+        """At each step boundary, judge the step that ended (records from its second half on)."""
+        finished = SCENARIO.step_at(elapsed)
+        while len(STEPS) < min(finished, SCENARIO.steps()):
+            step = len(STEPS)
+            begin, end = (step + 0.5) * SCENARIO.step_s, (step + 1) * SCENARIO.step_s
+            chosen = [r for r in RECORDS if begin <= r.t < end]
+            users = min(SCENARIO.users, SCENARIO.step_users * (step + 1))
+            STEPS.append(step_figures(chosen, users, end - begin, SLO))
+            if CONFIG.get("steps_file"):
+                Path(CONFIG["steps_file"]).write_text(json.dumps(STEPS))
+        return all(step["ok"] for step in STEPS)

@@ -1,0 +1,120 @@
+"""Load-test reports: one run's markdown summary, and a side-by-side comparison table and chart.
+
+Off the request path: ``turnout loadtest`` writes ``summary.md`` with :func:`summary_markdown`;
+``turnout loadtest compare DIR…`` prints :func:`compare_table` and writes a PNG with
+:func:`compare_chart` (matplotlib, ``pip install 'turnout[report]'``). Formatting is pure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _row(name: str, block: dict[str, Any]) -> str:
+    ttft, itl, latency = block["ttft_ms"], block["itl_ms"], block["latency_ms"]
+    return (
+        f"| {name} | {block['requests']} | {block['errors']} | {block['req_per_s']:.1f} | "
+        f"{block['output_tokens_per_s']:.0f} | {_ms(ttft['p50'])} | {_ms(ttft['p99'])} | "
+        f"{_ms(itl['p50'])} | {_ms(latency['p50'])} | {_ms(latency['p99'])} |"
+    )
+
+
+HEADER = (
+    "| | requests | errors | req/s | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | latency p50 ms "
+    "| latency p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    lines = [
+        f"# Load test: {summary['route']} ({summary['scenario']}, {summary['users']} users, "
+        f"{summary['duration_s']:.0f} s)",
+        "",
+        f"Target {summary['target']}, {summary['endpoint']}, stream {summary['stream']}, "
+        f"started {summary['started_at']}.",
+        "",
+        HEADER,
+        _row("all", summary["overall"]),
+    ]
+    lines += [_row(name, block) for name, block in summary["per_variant"].items()]
+    errors = summary["overall"]["errors_by_kind"]
+    if errors:
+        lines += ["", "Errors: " + ", ".join(f"{kind} {count}" for kind, count in sorted(errors.items()))]
+    knee = summary.get("knee")
+    if knee:
+        slo = knee["slo"]
+        lines += [
+            "",
+            f"Max sustainable rate: **{knee['max_sustainable_rps']:.1f} req/s** "
+            f"(SLO: p95 TTFT ≤ {slo['p95_ttft_ms']:.0f} ms, errors ≤ {slo['max_error_rate']:.1%})",
+            "",
+            "| users | req/s | p95 TTFT ms | error rate | holds |",
+            "|---:|---:|---:|---:|---|",
+        ]
+        lines += [
+            f"| {s['users']} | {s['req_per_s']:.1f} | {_ms(s['p95_ttft_ms'])} | {s['error_rate']:.1%} | "
+            f"{'yes' if s['ok'] else 'no'} |"
+            for s in knee["steps"]
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def load_summary(folder: Path) -> dict[str, Any]:
+    path = folder / "summary.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a load-test summary ({exc})") from None
+    if data.get("schema") != "turnout.loadtest/1":
+        raise ValueError(f"{path}: schema {data.get('schema')!r} is not turnout.loadtest/1")
+    return data
+
+
+def run_label(summary: dict[str, Any], folder: Path) -> str:
+    return f"{summary['route']} ({folder.name})"
+
+
+def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """Markdown table: one row per run, its overall figures."""
+    return "\n".join([HEADER, *(_row(label, summary["overall"]) for label, summary in runs)]) + "\n"
+
+
+def compare_chart(runs: Sequence[tuple[str, dict[str, Any]]], path: Path) -> None:
+    """Two panels: TTFT and latency percentiles per run; request and token throughput per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [label for label, _ in runs]
+    figure, (latency, throughput) = plt.subplots(1, 2, figsize=(11, 4.2))
+    width = 0.8 / 4
+    series = [("ttft_ms", "p50", "TTFT p50"), ("ttft_ms", "p99", "TTFT p99"),
+              ("latency_ms", "p50", "latency p50"), ("latency_ms", "p99", "latency p99")]  # fmt: skip
+    for index, (block, q, name) in enumerate(series):
+        values = [summary["overall"][block][q] or 0.0 for _, summary in runs]
+        latency.bar([i + index * width for i in range(len(runs))], values, width, label=name)
+    latency.set_xticks([i + 1.5 * width for i in range(len(runs))], labels, rotation=10)
+    latency.set_ylabel("ms")
+    latency.set_title("Latency percentiles")
+    latency.legend(fontsize=8)
+    rps = [summary["overall"]["req_per_s"] for _, summary in runs]
+    tokens = [summary["overall"]["output_tokens_per_s"] for _, summary in runs]
+    throughput.bar(labels, rps, color="tab:blue")
+    throughput.set_ylabel("requests/s", color="tab:blue")
+    twin = throughput.twinx()
+    twin.plot(labels, tokens, "o-", color="tab:orange")
+    twin.set_ylabel("output tokens/s", color="tab:orange")
+    twin.set_ylim(bottom=0)
+    throughput.set_title("Throughput")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

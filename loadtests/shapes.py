@@ -1,0 +1,76 @@
+"""Request shapes for load tests: prompt and output lengths drawn from a distribution.
+
+Pure (randomness passed in); used by the locustfile on every simulated request. A shape is
+``fixed`` (always the same), ``uniform`` (each length drawn between bounds) or ``trace`` (the
+(prompt_tokens, max_tokens) pairs of a JSONL file of real request shapes, drawn at random).
+Prompts are built from words the project's model knows, about one token per word.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+WORDS = ("the", "red", "cat", "sees", "a", "big", "dog", "and", "the", "small", "bird", "runs")
+
+
+class ShapeError(ValueError):
+    """A shape specification or trace file that cannot be used; the message says where."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    kind: Literal["fixed", "uniform", "trace"] = "fixed"
+    prompt_tokens: tuple[int, int] = (8, 8)  # fixed uses the first; uniform draws in [lo, hi]
+    max_tokens: tuple[int, int] = (16, 16)
+    trace: tuple[tuple[int, int], ...] = ()
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        """(prompt length in words, max_tokens) for one request."""
+        if self.kind == "trace":
+            return rng.choice(self.trace)
+        if self.kind == "uniform":
+            return rng.randint(*self.prompt_tokens), rng.randint(*self.max_tokens)
+        return self.prompt_tokens[0], self.max_tokens[0]
+
+
+def prompt_of(words: int, rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(max(1, words)))
+
+
+def _bounds(text: str, what: str) -> tuple[int, int]:
+    try:
+        parts = [int(part) for part in text.split("-")]
+    except ValueError:
+        raise ShapeError(f"{what}: expected N or LO-HI, got {text!r}") from None
+    if len(parts) not in (1, 2) or min(parts) < 0 or parts[0] > parts[-1]:
+        raise ShapeError(f"{what}: expected N or LO-HI with 0 <= LO <= HI, got {text!r}")
+    return parts[0], parts[-1]
+
+
+def load_trace(path: Path) -> tuple[tuple[int, int], ...]:
+    """JSONL lines ``{"prompt_tokens": int, "max_tokens": int}``; errors name the line."""
+    pairs = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            pairs.append((int(row["prompt_tokens"]), int(row["max_tokens"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ShapeError(f"{path}:{number}: expected prompt_tokens and max_tokens ({exc})") from None
+    if not pairs:
+        raise ShapeError(f"{path}: no request shapes")
+    return tuple(pairs)
+
+
+def parse_shape(prompt: str, output: str, trace: Path | None = None) -> RequestShape:
+    """``--prompt-tokens 8`` / ``4-32``, ``--max-tokens 16`` / ``8-64``, or ``--trace FILE``."""
+    if trace is not None:
+        return RequestShape(kind="trace", trace=load_trace(trace))
+    prompt_bounds, output_bounds = _bounds(prompt, "prompt tokens"), _bounds(output, "max tokens")
+    uniform = prompt_bounds[0] != prompt_bounds[1] or output_bounds[0] != output_bounds[1]
+    return RequestShape("uniform" if uniform else "fixed", prompt_bounds, output_bounds)

@@ -1,0 +1,119 @@
+"""Load-test figures from per-request records: percentiles, per-variant stats, the knee.
+
+Pure: the locustfile writes one record per request (``records.jsonl``); the runner and the
+ramp shape turn them into the ``summary.json`` figures here (contract
+``turnout.loadtest/1``). Percentiles are nearest-rank on the sorted values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One request as the simulated user saw it (times in ms, ``t`` in s since the run began)."""
+
+    t: float
+    variant: str
+    status: int
+    error: str | None  # None, "http_<status>", "stream_error", "timeout", "connection"
+    latency_ms: float
+    ttft_ms: float | None
+    itl_ms: float | None
+    output_tokens: int
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Record:
+        return cls(
+            t=float(row["t"]),
+            variant=str(row.get("variant") or "?"),
+            status=int(row["status"]),
+            error=row.get("error"),
+            latency_ms=float(row["latency_ms"]),
+            ttft_ms=None if row.get("ttft_ms") is None else float(row["ttft_ms"]),
+            itl_ms=None if row.get("itl_ms") is None else float(row["itl_ms"]),
+            output_tokens=int(row.get("output_tokens") or 0),
+        )
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
+
+
+def pct(values: Sequence[float]) -> dict[str, float | None]:
+    return {
+        "p50": percentile(values, 0.50),
+        "p90": percentile(values, 0.90),
+        "p95": percentile(values, 0.95),
+        "p99": percentile(values, 0.99),
+        "mean": sum(values) / len(values) if values else None,
+    }
+
+
+def stats(records: Sequence[Record], seconds: float) -> dict[str, Any]:
+    """The STATS block of summary.json for ``records`` over ``seconds`` of load."""
+    ok = [r for r in records if r.error is None]
+    kinds: dict[str, int] = {}
+    for record in records:
+        if record.error is not None:
+            kinds[record.error] = kinds.get(record.error, 0) + 1
+    tokens = sum(r.output_tokens for r in ok)
+    per_request = [
+        r.output_tokens / (r.latency_ms / 1000) for r in ok if r.output_tokens and r.latency_ms > 0
+    ]
+    return {
+        "requests": len(records),
+        "errors": len(records) - len(ok),
+        "errors_by_kind": kinds,
+        "req_per_s": len(ok) / seconds if seconds > 0 else 0.0,
+        "output_tokens": tokens,
+        "output_tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        "ttft_ms": pct([r.ttft_ms for r in ok if r.ttft_ms is not None]),
+        "itl_ms": pct([r.itl_ms for r in ok if r.itl_ms is not None]),
+        "latency_ms": pct([r.latency_ms for r in ok]),
+        "request_tokens_per_s": pct(per_request),
+    }
+
+
+def per_variant(records: Sequence[Record], seconds: float) -> dict[str, dict[str, Any]]:
+    variants = sorted({r.variant for r in records})
+    return {name: stats([r for r in records if r.variant == name], seconds) for name in variants}
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    p95_ttft_ms: float
+    max_error_rate: float
+
+
+def step_figures(records: Iterable[Record], users: int, seconds: float, slo: Slo) -> dict[str, Any]:
+    """One ramp step: its rate, p95 TTFT (latency when not streaming), error rate and verdict."""
+    chosen = list(records)
+    ok = [r for r in chosen if r.error is None]
+    first = [r.ttft_ms if r.ttft_ms is not None else r.latency_ms for r in ok]
+    p95 = percentile(first, 0.95)
+    error_rate = (len(chosen) - len(ok)) / len(chosen) if chosen else 1.0
+    holds = bool(chosen) and p95 is not None and p95 <= slo.p95_ttft_ms and error_rate <= slo.max_error_rate
+    return {
+        "users": users,
+        "req_per_s": len(ok) / seconds if seconds > 0 else 0.0,
+        "p95_ttft_ms": p95,
+        "error_rate": error_rate,
+        "ok": holds,
+    }
+
+
+def knee(steps: Sequence[dict[str, Any]], slo: Slo) -> dict[str, Any]:
+    """The highest rate of a step that held the SLO, with every step measured before it broke."""
+    best = max((step["req_per_s"] for step in steps if step["ok"]), default=0.0)
+    return {
+        "max_sustainable_rps": best,
+        "slo": {"p95_ttft_ms": slo.p95_ttft_ms, "max_error_rate": slo.max_error_rate},
+        "steps": list(steps),
+    }

@@ -1,0 +1,122 @@
+"""``turnout loadtest`` against real gateways: its summary agrees with the gateway's own /metrics.
+
+Short bounded runs (≤ 6 s each): the embedded model behind ``turnout serve``, and an A/B split
+of two fault servers (per-variant figures). Counts must equal the gateway's
+``turnout_requests_total``; mean TTFT must sit just above the gateway's own TTFT (the client
+also pays the network and its own scheduling).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backends.fault import FaultServer
+from serving.launcher import Launched, gateway_process
+from tests.integration.control_plane import fault_variant, metric_value, write_config
+
+# Look, do not import: importing locust would gevent-patch the whole test process.
+if importlib.util.find_spec("locust") is None:
+    pytest.skip("locust is not installed: pip install 'turnout[loadtest]'", allow_module_level=True)
+
+
+def loadtest(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "serving.cli", "loadtest", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def embedded() -> Iterator[Launched]:
+    with gateway_process() as launched:
+        yield launched
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
+    with FaultServer(reply="a b c d") as a, FaultServer(reply="e f g h") as b:
+        variants = {"a": fault_variant(a), "b": fault_variant(b)}
+        routes = {"ab": {"targets": [{"variant": "a", "weight": 50}, {"variant": "b", "weight": 50}]}}
+        config = write_config(tmp_path_factory.mktemp("lt") / "gateway.yaml", variants, routes)
+        with gateway_process(config) as launched:
+            yield launched
+
+
+def _counts(url: str, route: str, **labels: str) -> float:
+    return metric_value(url, "turnout_requests_total", route=route, **labels)
+
+
+def test_a_steady_run_matches_the_gateways_own_counters(embedded: Launched, tmp_path: Path) -> None:
+    route = "turnout-tiny-int4"
+    before = _counts(embedded.url, route)
+    ttft_sum = metric_value(embedded.url, "turnout_time_to_first_token_seconds_sum", route=route)
+    ttft_count = metric_value(embedded.url, "turnout_time_to_first_token_seconds_count", route=route)
+    done = loadtest("--target", embedded.url, "--route", route, "--users", "4", "--duration", "5s",
+                    "--max-tokens", "8", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    overall = summary["overall"]
+    assert overall["requests"] > 50 and overall["errors"] == 0
+    assert overall["requests"] == _counts(embedded.url, route) - before
+    served = metric_value(embedded.url, "turnout_time_to_first_token_seconds_count", route=route) - ttft_count
+    gateway_ttft_ms = 1000 * (
+        metric_value(embedded.url, "turnout_time_to_first_token_seconds_sum", route=route) - ttft_sum
+    ) / served
+    client_ttft_ms = overall["ttft_ms"]["mean"]
+    print(f"mean TTFT: client {client_ttft_ms:.2f} ms, gateway {gateway_ttft_ms:.2f} ms")
+    assert gateway_ttft_ms * 0.95 <= client_ttft_ms <= gateway_ttft_ms * 2 + 15
+    assert overall["output_tokens"] > 0 and overall["itl_ms"]["p50"] is not None
+    assert summary["variants"][route]["engine"] == "onnxruntime-genai"
+    for name in ("locust_stats.csv", "locust.html", "summary.md", "records.jsonl"):
+        assert (tmp_path / name).is_file(), name
+    assert "| turnout-tiny-int4 |" in (tmp_path / "summary.md").read_text()
+    assert "[" in done.stderr and "req/s" in done.stderr  # live progress
+
+
+def test_an_ab_split_is_reported_per_variant(split: Launched, tmp_path: Path) -> None:
+    before = {v: _counts(split.url, "ab", variant=v) for v in ("a", "b")}
+    done = loadtest("--target", split.url, "--route", "ab", "--users", "4", "--duration", "4s",
+                    "--endpoint", "completions", "--no-stream", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["per_variant"]) == {"a", "b"}
+    for variant in ("a", "b"):
+        counted = _counts(split.url, "ab", variant=variant) - before[variant]
+        assert summary["per_variant"][variant]["requests"] == counted > 10
+    assert summary["variants"]["a"]["kind"] == "openai_http"
+
+
+def test_a_ramp_stops_at_the_first_step_over_its_slo(split: Launched, tmp_path: Path) -> None:
+    done = loadtest("--target", split.url, "--route", "ab", "--scenario", "ramp", "--users", "8",
+                    "--step-users", "2", "--step", "2s", "--duration", "8s", "--slo-p95-ttft-ms", "0.001",
+                    "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    knee = json.loads((tmp_path / "summary.json").read_text())["knee"]
+    assert len(knee["steps"]) == 1 and not knee["steps"][0]["ok"]
+    assert knee["max_sustainable_rps"] == 0.0
+    assert json.loads((tmp_path / "summary.json").read_text())["duration_s"] < 6
+
+
+def test_compare_prints_a_table_and_writes_a_chart(split: Launched, tmp_path: Path) -> None:
+    for name in ("one", "two"):
+        done = loadtest("--target", split.url, "--route", "ab", "--users", "2", "--duration", "2s",
+                        "--out", str(tmp_path / name))  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+    png = tmp_path / "compare.png"
+    compared = loadtest("compare", str(tmp_path / "one"), str(tmp_path / "two"), "--png", str(png))
+    assert compared.returncode == 0, compared.stderr
+    assert "| ab (one) |" in compared.stdout and "| ab (two) |" in compared.stdout
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_bad_options_fail_clearly(tmp_path: Path) -> None:
+    done = loadtest("--target", "http://127.0.0.1:9", "--route", "x", "--prompt-tokens", "9-2",
+                    "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 2 and "prompt tokens: expected N or LO-HI" in done.stderr
+    missing = loadtest("compare", str(tmp_path))
+    assert missing.returncode == 2 and "not a load-test summary" in missing.stderr

@@ -1,0 +1,83 @@
+"""The pure parts of the load tests: shapes, scenarios, statistics, the knee, the reports."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from loadtests.report import compare_table, summary_markdown
+from loadtests.scenarios import Scenario, users_at
+from loadtests.shapes import ShapeError, parse_shape
+from loadtests.stats import Record, Slo, knee, per_variant, percentile, stats, step_figures
+
+
+def record(t: float, variant: str = "a", ttft: float | None = 10.0, error: str | None = None) -> Record:
+    return Record(t, variant, 200 if error is None else 500, error, 20.0, ttft, 1.0, 10)
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert (percentile(values, 0.5), percentile(values, 0.99), percentile(values, 1.0)) == (50.0, 99.0, 100.0)
+    assert percentile([], 0.5) is None and percentile([7.0], 0.99) == 7.0
+
+
+def test_stats_count_errors_by_kind_and_throughput_from_successes() -> None:
+    rows = [record(0.1), record(0.2), record(0.3, error="http_429"), record(0.4, "b", error="stream_error")]
+    block = stats(rows, 2.0)
+    assert (block["requests"], block["errors"], block["req_per_s"]) == (4, 2, 1.0)
+    assert block["errors_by_kind"] == {"http_429": 1, "stream_error": 1}
+    assert block["output_tokens"] == 20 and block["output_tokens_per_s"] == 10.0
+    assert block["ttft_ms"]["p50"] == 10.0 and block["request_tokens_per_s"]["p50"] == 500.0
+    assert set(per_variant(rows, 2.0)) == {"a", "b"} and per_variant(rows, 2.0)["b"]["errors"] == 1
+
+
+def test_a_step_holds_its_slo_only_under_both_bounds() -> None:
+    slo = Slo(p95_ttft_ms=15.0, max_error_rate=0.1)
+    assert step_figures([record(t / 10) for t in range(20)], 4, 2.0, slo)["ok"]
+    slow = [record(t / 10, ttft=50.0) for t in range(20)]
+    assert not step_figures(slow, 4, 2.0, slo)["ok"]
+    failing = [record(t / 10, error="timeout" if t % 4 == 0 else None) for t in range(20)]
+    assert not step_figures(failing, 4, 2.0, slo)["ok"]
+    assert not step_figures([], 4, 2.0, slo)["ok"]
+    steps = [{"req_per_s": r, "ok": ok} for r, ok in ((10.0, True), (14.0, True), (12.0, False))]
+    assert knee(steps, slo)["max_sustainable_rps"] == 14.0
+
+
+def test_scenarios_are_bounded_in_time_and_users() -> None:
+    steady = Scenario("steady", 8, 10.0)
+    assert users_at(steady, 0) == users_at(steady, 9.9) == 8 and users_at(steady, 10.0) is None
+    ramp = Scenario("ramp", 7, 100.0, step_users=2, step_s=5.0)
+    assert [users_at(ramp, t) for t in (0, 5, 10, 15, 20)] == [2, 4, 6, 7, None]
+    spike = Scenario("spike", 16, 30.0)
+    assert [users_at(spike, t) for t in (1, 15, 25, 30)] == [4, 16, 4, None]
+
+
+def test_shapes_fixed_uniform_and_trace(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    assert parse_shape("8", "16").draw(rng) == (8, 16)
+    uniform = parse_shape("4-8", "16")
+    assert uniform.kind == "uniform" and all(4 <= uniform.draw(rng)[0] <= 8 for _ in range(50))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt_tokens": 3, "max_tokens": 5}\n\n{"prompt_tokens": 9, "max_tokens": 1}\n')
+    assert {parse_shape("1", "1", trace).draw(rng) for _ in range(50)} == {(3, 5), (9, 1)}
+    trace.write_text('{"prompt_tokens": 3}\n')
+    with pytest.raises(ShapeError, match=r"trace\.jsonl:1"):
+        parse_shape("1", "1", trace)
+    with pytest.raises(ShapeError, match="max tokens"):
+        parse_shape("1", "x")
+
+
+def test_reports_render_every_run_and_the_knee() -> None:
+    rows = [record(t / 10) for t in range(10)]
+    summary = {
+        "route": "r", "scenario": "ramp", "users": 4, "duration_s": 1.0, "target": "http://x",
+        "endpoint": "chat", "stream": True, "started_at": "now",
+        "overall": stats(rows, 1.0), "per_variant": per_variant(rows, 1.0),
+        "knee": knee([step_figures(rows, 2, 1.0, Slo(50, 0.01))], Slo(50, 0.01)),
+    }  # fmt: skip
+    text = summary_markdown(summary)
+    assert "| all | 10 | 0 | 10.0 |" in text and "| a | 10 |" in text
+    assert "Max sustainable rate: **10.0 req/s**" in text
+    assert "| one |" in compare_table([("one", summary), ("two", summary)])
