@@ -1,0 +1,202 @@
+"""``turnout compare``: accuracy, latency, throughput and cost of variants side by side, with a verdict.
+
+Off the request path. Joins load-test runs (``turnout.loadtest/1`` summaries: per-variant
+latency and throughput, and each variant's accelerator from the gateway) with eval runs
+(``turnout.eval/1``: accuracy with intervals) by variant name, prices output tokens with the
+accelerator catalog (``deploy/accelerators.py``: price per hour over tokens per hour), and
+judges each variant against a baseline: accuracy change in points (within the budget?),
+tokens/s ratio, cost ratio. The join and the verdicts are pure; writing the markdown, HTML
+and PNG plots (matplotlib) is the edge.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy import accelerators
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    variant: str
+    accuracy: float | None
+    accuracy_ci: tuple[float, float] | None
+    agreement: float | None
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    itl_p50_ms: float | None
+    req_per_s: float | None
+    tokens_per_s: float | None
+    accelerator: str | None
+    usd_per_m_tokens: float | None
+
+
+def _read(folder: Path, schema: str) -> dict[str, Any]:
+    path = folder / "summary.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read a run summary ({exc})") from None
+    if data.get("schema") != schema:
+        raise ValueError(f"{path}: schema {data.get('schema')!r}, expected {schema}")
+    return data
+
+
+Runs = list[dict[str, Any]]
+
+
+def read_runs(load: Sequence[Path], evals: Sequence[Path]) -> tuple[Runs, Runs]:
+    return [_read(p, "turnout.loadtest/1") for p in load], [_read(p, "turnout.eval/1") for p in evals]
+
+
+def cost_per_million(accelerator: str | None, tokens_per_s: float | None) -> float | None:
+    """USD per million output tokens at the catalog's hourly price (None when unknown)."""
+    if not accelerator or not tokens_per_s:
+        return None
+    try:
+        price = accelerators.get(accelerator).price_per_hour_usd
+    except accelerators.UnknownAccelerator:
+        return None
+    return price / (tokens_per_s * 3600) * 1e6
+
+
+def join(variant: str, loads: Sequence[dict[str, Any]], evals: Sequence[dict[str, Any]], task: str) -> Row:
+    """One variant's figures: the last load run and the last eval run that measured it."""
+    load_stats, accelerator = None, None
+    for run in loads:
+        if variant in run["per_variant"]:
+            load_stats = run["per_variant"][variant]
+            accelerator = (run.get("variants", {}).get(variant) or {}).get("accelerator")
+    accuracy, interval, agreement = None, None, None
+    for run in evals:
+        if run["model"] == variant or variant in run.get("variants", {}):
+            figures = run["tasks"].get(task)
+            if figures:
+                accuracy, interval = figures["value"], (figures["ci95"][0], figures["ci95"][1])
+            if run.get("agreement"):
+                agreement = run["agreement"]["exact_output_agreement"]["value"]
+            served: dict[str, Any] = next(iter(run["variants"].values()), {})
+            accelerator = accelerator or served.get("accelerator")
+    tokens = load_stats["output_tokens_per_s"] if load_stats else None
+    return Row(
+        variant=variant, accuracy=accuracy, accuracy_ci=interval, agreement=agreement,
+        ttft_p50_ms=load_stats["ttft_ms"]["p50"] if load_stats else None,
+        ttft_p99_ms=load_stats["ttft_ms"]["p99"] if load_stats else None,
+        itl_p50_ms=load_stats["itl_ms"]["p50"] if load_stats else None,
+        req_per_s=load_stats["req_per_s"] if load_stats else None,
+        tokens_per_s=tokens, accelerator=accelerator,
+        usd_per_m_tokens=cost_per_million(accelerator, tokens),
+    )  # fmt: skip
+
+
+def verdict(row: Row, baseline: Row, budget_pt: float) -> str:
+    """E.g. ``int4: −0.8 pt accuracy, 2.1× tokens/s, 0.48× cost: within the 1 pt budget``."""
+    parts, ok = [], True
+    if row.accuracy is not None and baseline.accuracy is not None:
+        delta = 100 * (row.accuracy - baseline.accuracy)
+        parts.append(f"{delta:+.1f} pt accuracy".replace("-", "−"))
+        ok = delta >= -budget_pt
+    if row.tokens_per_s and baseline.tokens_per_s:
+        parts.append(f"{row.tokens_per_s / baseline.tokens_per_s:.2f}× tokens/s")
+    if row.usd_per_m_tokens and baseline.usd_per_m_tokens:
+        parts.append(f"{row.usd_per_m_tokens / baseline.usd_per_m_tokens:.2f}× cost")
+    if row.variant == baseline.variant:
+        return f"{row.variant}: baseline"
+    if row.accuracy is None or baseline.accuracy is None:
+        return f"{row.variant}: " + (", ".join(parts) or "no figures") + ": no accuracy to judge"
+    judged = f"within the {budget_pt:g} pt budget" if ok else f"outside the {budget_pt:g} pt budget"
+    return f"{row.variant}: {', '.join(parts)}: {judged}"
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def table_rows(rows: Sequence[Row]) -> list[list[str]]:
+    head = ["variant", "accuracy", "95% CI", "agreement", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
+            "req/s", "tokens/s", "accelerator", "$/M tokens"]  # fmt: skip
+    body = [
+        [r.variant, _f(r.accuracy and 100 * r.accuracy, ".1f") + ("%" if r.accuracy is not None else ""),
+         f"{100 * r.accuracy_ci[0]:.1f}–{100 * r.accuracy_ci[1]:.1f}%" if r.accuracy_ci else "-",
+         _f(r.agreement and 100 * r.agreement, ".1f") + ("%" if r.agreement is not None else ""),
+         _f(r.ttft_p50_ms, ".1f"), _f(r.ttft_p99_ms, ".1f"), _f(r.itl_p50_ms, ".2f"),
+         _f(r.req_per_s, ".1f"), _f(r.tokens_per_s, ".0f"), r.accelerator or "-",
+         _f(r.usd_per_m_tokens, ".3f")]
+        for r in rows
+    ]  # fmt: skip
+    return [head, *body]
+
+
+def markdown(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: Sequence[str]) -> str:
+    table = table_rows(rows)
+    lines = [f"# Variant comparison (accuracy: {task})", "", "| " + " | ".join(table[0]) + " |",
+             "|" + "---|" * len(table[0])]  # fmt: skip
+    lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
+    lines += ["", "## Verdicts", "", *[f"- {v}" for v in verdicts], "", "## Plots", ""]
+    lines += [f"![{name}]({name})" for name in images]
+    return "\n".join(lines) + "\n"
+
+
+def html_page(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: Sequence[str]) -> str:
+    table = table_rows(rows)
+    cells = "".join("<th>" + html.escape(c) + "</th>" for c in table[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table[1:])
+    items = "".join(f"<li>{html.escape(v)}</li>" for v in verdicts)
+    pictures = "".join(f'<img src="{html.escape(name)}" alt="{html.escape(name)}">' for name in images)
+    return (f"<!doctype html><meta charset='utf-8'><title>Turnout variant comparison</title>"
+            f"<h1>Variant comparison (accuracy: {html.escape(task)})</h1><table border='1'><tr>{cells}</tr>"
+            f"{body}</table><h2>Verdicts</h2><ul>{items}</ul><h2>Plots</h2>{pictures}\n")  # fmt: skip
+
+
+def plots(rows: Sequence[Row], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    for row in rows:
+        if row.accuracy is not None and row.usd_per_m_tokens is not None:
+            axis.scatter(row.usd_per_m_tokens, 100 * row.accuracy)
+            axis.annotate(row.variant, (row.usd_per_m_tokens, 100 * row.accuracy), fontsize=8)
+    axis.set_xlabel("USD per million output tokens")
+    axis.set_ylabel("accuracy (%)")
+    axis.set_title("Accuracy vs cost")
+    figure.tight_layout()
+    figure.savefig(out / "accuracy_vs_cost.png", dpi=110)
+    plt.close(figure)
+    written.append("accuracy_vs_cost.png")
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    for row in rows:
+        if row.tokens_per_s is not None and row.ttft_p50_ms is not None:
+            axis.scatter(row.tokens_per_s, row.ttft_p50_ms)
+            axis.annotate(row.variant, (row.tokens_per_s, row.ttft_p50_ms), fontsize=8)
+    axis.set_xlabel("output tokens/s")
+    axis.set_ylabel("TTFT p50 (ms)")
+    axis.set_title("Latency vs throughput")
+    figure.tight_layout()
+    figure.savefig(out / "latency_vs_throughput.png", dpi=110)
+    plt.close(figure)
+    written.append("latency_vs_throughput.png")
+    return written
+
+
+def compare(variants: Sequence[str], load: Sequence[Path], evals: Sequence[Path], out: Path,
+            task: str = "addition", baseline: str | None = None, budget_pt: float = 1.0) -> str:
+    """Write report.md, report.html and the plots into ``out``; returns the markdown."""
+    loads, eval_runs = read_runs(load, evals)
+    rows = [join(v, loads, eval_runs, task) for v in variants]
+    base = next((r for r in rows if r.variant == (baseline or variants[0])), rows[0])
+    verdicts = [verdict(r, base, budget_pt) for r in rows]
+    out.mkdir(parents=True, exist_ok=True)
+    images = plots(rows, out)
+    text = markdown(rows, verdicts, task, images)
+    (out / "report.md").write_text(text)
+    (out / "report.html").write_text(html_page(rows, verdicts, task, images))
+    return text

@@ -1,0 +1,166 @@
+"""``turnout eval``: measure a route or variant through the gateway's OpenAI API, as clients see it.
+
+Off the request path: an HTTP client of the gateway (bounded concurrency, a progress bar).
+Generation tasks send each prompt greedily (temperature 0) to ``/v1/completions`` (or chat,
+``chat=True``) and score the answer (``evals.metrics``); with a ``reference`` model every
+prompt is also sent there and the exact-output agreement is measured (e.g. int4 vs fp32).
+Accuracy and agreement get percentile bootstrap 95% intervals. Writes ``summary.json``
+(contract ``turnout.eval/1``), ``records.jsonl`` and ``summary.md`` into ``out``.
+
+Log-likelihood tasks (``text`` perplexity, ``choice``) need ``/v1/completions`` with ``echo``
+and prompt ``logprobs``, which the gateway does not serve yet: asking for them is an error
+that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tqdm import tqdm
+
+from evals.datasets import Dataset, shipped
+from evals.metrics import Scoring, bootstrap_ci, match, mean
+from loadtests.runner import variant_facts
+
+# task → (dataset, scoring, max_tokens)
+GENERATION_TASKS: dict[str, tuple[str, Scoring, int]] = {
+    "addition": ("addition", "exact", 4),
+    "continuation": ("continuation", "normalized", 16),
+}
+LOGLIKELIHOOD_TASKS = ("text", "choice")
+
+
+class EvalError(RuntimeError):
+    """An eval that cannot run as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    target: str
+    model: str
+    tasks: tuple[str, ...]
+    out: Path
+    reference: str | None = None
+    concurrency: int = 8
+    limit: int | None = None
+    chat: bool = False
+    api_key: str | None = None
+    seed: int = 0
+
+
+async def _generate(
+    client: httpx.AsyncClient, run: EvalRun, model: str, prompt: str, max_tokens: int
+) -> tuple[str, str]:
+    """(answer text, variant that served it)."""
+    if run.chat:
+        body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+        path = "/v1/chat/completions"
+    else:
+        body, path = {"model": model, "prompt": prompt}, "/v1/completions"
+    body.update(max_tokens=max_tokens, temperature=0)
+    reply = await client.post(path, json=body)
+    if reply.status_code != 200:
+        raise EvalError(f"{model}: {path} answered {reply.status_code}: {reply.text[:300]}")
+    choice = reply.json()["choices"][0]
+    text = choice["message"]["content"] if run.chat else choice["text"]
+    return str(text), reply.headers.get("x-turnout-variant", "?")
+
+
+async def _task(client: httpx.AsyncClient, run: EvalRun, task: str, bar: tqdm) -> list[dict[str, Any]]:
+    dataset_name, scoring, max_tokens = GENERATION_TASKS[task]
+    dataset: Dataset = shipped()[dataset_name]
+    rows = dataset.rows[: run.limit] if run.limit else dataset.rows
+    gate = asyncio.Semaphore(run.concurrency)
+
+    async def one(row: dict[str, Any]) -> dict[str, Any]:
+        async with gate:
+            output, variant = await _generate(client, run, run.model, row["prompt"], max_tokens)
+            record = {"task": task, "dataset": dataset.label, "id": row["id"], "prompt": row["prompt"],
+                      "expected": row["answer"], "output": output, "variant": variant,
+                      "correct": match(output, row["answer"], scoring)}  # fmt: skip
+            if run.reference:
+                reference, _ = await _generate(client, run, run.reference, row["prompt"], max_tokens)
+                record["reference_output"] = reference
+                record["agree"] = output == reference
+            bar.update(1)
+            return record
+
+    return list(await asyncio.gather(*(one(row) for row in rows)))
+
+
+def _interval(values: list[float], seed: int) -> dict[str, Any]:
+    low, high = bootstrap_ci(values, seed)
+    return {"value": mean(values), "ci95": [low, high], "n": len(values)}
+
+
+def summarize(
+    run: EvalRun, records: list[dict[str, Any]], facts: dict[str, Any], started: str
+) -> dict[str, Any]:
+    """The ``turnout.eval/1`` summary of ``records`` (pure)."""
+    tasks: dict[str, Any] = {}
+    for task in run.tasks:
+        chosen = [r for r in records if r["task"] == task]
+        scoring = GENERATION_TASKS[task][1]
+        tasks[task] = {"metric": f"{scoring}_match", "dataset": chosen[0]["dataset"] if chosen else "",
+                       **_interval([float(r["correct"]) for r in chosen], run.seed)}  # fmt: skip
+    agreement = None
+    if run.reference:
+        agreed = [float(r["agree"]) for r in records]
+        agreement = {"reference": run.reference, "exact_output_agreement": _interval(agreed, run.seed + 1),
+                     "top1_token_agreement": None}  # fmt: skip
+    seen = sorted({r["variant"] for r in records})
+    return {
+        "schema": "turnout.eval/1", "target": run.target, "model": run.model, "started_at": started,
+        "variants": {v: facts.get(v, {}) for v in seen}, "tasks": tasks, "agreement": agreement,
+    }  # fmt: skip
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    lines = [f"# Eval: {summary['model']} ({', '.join(summary['variants'])})", "",
+             "| task | metric | value | 95% CI | n |", "|---|---|---:|---|---:|"]  # fmt: skip
+    for task, figures in summary["tasks"].items():
+        low, high = figures["ci95"]
+        lines.append(f"| {task} | {figures['metric']} | {figures['value']:.1%} | {low:.1%}–{high:.1%} | "
+                     f"{figures['n']} |")  # fmt: skip
+    agreement = summary.get("agreement")
+    if agreement:
+        figures = agreement["exact_output_agreement"]
+        low, high = figures["ci95"]
+        lines += ["", f"Exact-output agreement with {agreement['reference']}: {figures['value']:.1%} "
+                      f"({low:.1%}–{high:.1%}, n={figures['n']})"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+async def _run(run: EvalRun) -> list[dict[str, Any]]:
+    headers = {"authorization": f"Bearer {run.api_key}"} if run.api_key else {}
+    total = sum(len(shipped()[GENERATION_TASKS[t][0]].rows[: run.limit or None]) for t in run.tasks)
+    async with httpx.AsyncClient(base_url=run.target, timeout=120, headers=headers) as client:
+        with tqdm(total=total, desc=f"eval {run.model}", unit="prompt") as bar:
+            records: list[dict[str, Any]] = []
+            for task in run.tasks:
+                records += await _task(client, run, task, bar)
+    return records
+
+
+def run_eval(run: EvalRun) -> dict[str, Any]:
+    for task in run.tasks:
+        if task in LOGLIKELIHOOD_TASKS:
+            raise EvalError(f"task {task!r} needs /v1/completions with echo and prompt logprobs, "
+                            "which the gateway does not serve yet; run the generation tasks: "
+                            f"{', '.join(GENERATION_TASKS)}")  # fmt: skip
+        if task not in GENERATION_TASKS:
+            raise EvalError(f"unknown task {task!r}; expected one of: {', '.join(GENERATION_TASKS)}")
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    records = asyncio.run(_run(run))
+    summary = summarize(run, records, variant_facts(run.target), started)
+    run.out.mkdir(parents=True, exist_ok=True)
+    (run.out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (run.out / "summary.md").write_text(summary_markdown(summary))
+    return summary

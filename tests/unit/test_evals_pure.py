@@ -1,0 +1,77 @@
+"""Eval datasets, scoring, intervals and the comparison's join and verdicts (no I/O beyond files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evals.datasets import DatasetError, load, render, shipped
+from evals.metrics import bootstrap_ci, match
+from evals.report import Row, cost_per_million, join, verdict
+
+
+def test_shipped_files_are_exactly_what_the_generators_make() -> None:
+    for dataset in shipped().values():
+        hint = f"re-run python -m evals.datasets ({dataset.label})"
+        assert dataset.path.read_text() == render(dataset), hint
+        assert load(dataset.path, dataset.kind).rows == dataset.rows
+
+
+def test_the_addition_set_is_the_held_out_sums_in_the_trained_format() -> None:
+    rows = shipped()["addition"].rows
+    assert len(rows) == 200 and rows[0]["prompt"].endswith("=") and len(rows[0]["answer"]) == 3
+    a, b = int(rows[0]["prompt"][:2]), int(rows[0]["prompt"][3:5])
+    assert rows[0]["answer"] == f"{a + b:03d}"[::-1]
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "message"),
+    [
+        ('{"id": "1", "prompt": "x"}', "generation", ":1: field 'answer' missing or not str"),
+        ("not json", "text", ":1: not JSON"),
+        ('{"id": "1", "prompt": "p", "choices": ["a"], "answer": 3}', "choice", "not an index into choices"),
+    ],
+)
+def test_user_datasets_fail_naming_line_and_field(tmp_path: Path, line: str, kind: str, message: str) -> None:
+    path = tmp_path / "mine.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(DatasetError, match=message):
+        load(path, kind)  # type: ignore[arg-type]
+
+
+def test_scoring_and_intervals() -> None:
+    assert match(" 840", "840") and not match("841", "840")
+    assert match("The cat sat.", "the  cat sat", "normalized")
+    assert match("answer: 42!", "42", "regex", r"answer: (\d+)")
+    low, high = bootstrap_ci([1.0] * 90 + [0.0] * 10, seed=3)
+    assert low < 0.9 < high and low > 0.8 and high <= 0.97
+    assert bootstrap_ci([1.0] * 10, seed=1) == (1.0, 1.0)
+
+
+def _load(variant: str, tokens: float) -> dict[str, object]:
+    block = {"output_tokens_per_s": tokens, "req_per_s": tokens / 5, "ttft_ms": {"p50": 10.0, "p99": 30.0},
+             "itl_ms": {"p50": 1.0}}  # fmt: skip
+    return {"per_variant": {variant: block}, "variants": {variant: {"accelerator": "h100-80gb"}}}
+
+
+def test_join_prices_tokens_and_the_verdict_states_the_budget() -> None:
+    loads = [_load("fp32", 1000.0), _load("int4", 2100.0)]
+    def accuracy(value: float) -> dict[str, object]:
+        return {"addition": {"value": value, "ci95": [value - 0.02, 1.0]}}
+
+    evals = [
+        {"model": "fp32", "variants": {"fp32": {}}, "tasks": accuracy(0.99), "agreement": None},
+        {"model": "int4", "variants": {"int4": {}}, "tasks": accuracy(0.982),
+         "agreement": {"exact_output_agreement": {"value": 0.95}}},
+    ]  # fmt: skip
+    base, int4 = join("fp32", loads, evals, "addition"), join("int4", loads, evals, "addition")
+    assert base.usd_per_m_tokens == pytest.approx(cost_per_million("h100-80gb", 1000.0))
+    assert int4.agreement == 0.95 and int4.accelerator == "h100-80gb"
+    expected = "int4: −0.8 pt accuracy, 2.10× tokens/s, 0.48× cost: within the 1 pt budget"
+    assert verdict(int4, base, 1.0) == expected
+    assert verdict(int4, base, 0.5).endswith("outside the 0.5 pt budget")
+    assert verdict(base, base, 1.0) == "fp32: baseline"
+    assert cost_per_million("no-such-card", 10.0) is None
+    empty = Row("x", None, None, None, None, None, None, None, None, None, None)
+    assert verdict(empty, base, 1.0).endswith("no accuracy to judge")
