@@ -12,6 +12,7 @@ which the runner computes the summary (exact percentiles, per variant).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -33,6 +34,7 @@ SHAPE = RequestShape(
     trace=tuple(tuple(pair) for pair in CONFIG.get("shape", {}).get("trace", ())),  # type: ignore[misc]
 )
 RECORDS: list[Record] = []
+_USER_NUMBERS = itertools.count()
 _started = time.monotonic()
 _out = open(CONFIG["records"], "a", buffering=1) if CONFIG.get("records") else None  # noqa: SIM115
 
@@ -65,8 +67,11 @@ class OpenAIUser(FastHttpUser):
     connection_timeout = 10.0
 
     def on_start(self) -> None:
-        self.rng = random.Random(f"{CONFIG.get('seed', 0)}-{id(self)}")
-        self.sticky = f"user-{self.rng.randrange(10**9)}"
+        # Users are numbered in start order, so a run's stickiness keys (and with them its A/B
+        # assignment) and its request shapes depend only on the seed.
+        number = next(_USER_NUMBERS)
+        self.rng = random.Random(f"{CONFIG.get('seed', 0)}-{number}")
+        self.sticky = f"user-{CONFIG.get('seed', 0)}-{number}"
 
     def _body(self) -> dict[str, Any]:
         words, max_tokens = SHAPE.draw(self.rng)

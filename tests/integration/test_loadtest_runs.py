@@ -80,7 +80,7 @@ def test_a_steady_run_matches_the_gateways_own_counters(embedded: Launched, tmp_
 
 def test_an_ab_split_is_reported_per_variant(split: Launched, tmp_path: Path) -> None:
     before = {v: _counts(split.url, "ab", variant=v) for v in ("a", "b")}
-    done = loadtest("--target", split.url, "--route", "ab", "--users", "4", "--duration", "4s",
+    done = loadtest("--target", split.url, "--route", "ab", "--users", "8", "--duration", "4s",
                     "--endpoint", "completions", "--no-stream", "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
