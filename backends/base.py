@@ -78,6 +78,8 @@ class Completion:
     text: str
     finish_reason: str
     usage: Usage
+    # choices[0].logprobs as the OpenAI API shapes it (prompt logprobs with echo), when asked for.
+    logprobs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

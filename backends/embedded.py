@@ -19,6 +19,7 @@ import numpy as np
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
 from backends.chat_template import ChatTemplate
 from backends.dynamic_batcher import DynamicBatcher
+from backends.logprobs import MAX_LOGPROBS, prompt_logprobs
 from backends.openai_fields import check_extra
 from backends.ortgenai_runner import Event, GenAIModel, Sequence
 from backends.settings import EmbeddedSettings
@@ -153,7 +154,34 @@ class EmbeddedBackend:
         finally:
             seq.cancel_requested = True
 
+    async def _score(self, request: GenerateRequest) -> Completion:
+        """``echo`` + ``max_tokens: 0``: the prompt back, with its tokens' logprobs when asked."""
+        extra = dict(request.extra)
+        extra.pop("echo")
+        top = extra.pop("logprobs", None)
+        check_extra(extra, "the embedded engine")
+        if request.params.max_tokens != 0:
+            raise ClientError(
+                "echo is supported by the embedded engine only with max_tokens 0 (scoring the prompt)",
+                param="max_tokens",
+                code="unsupported_value",
+            )
+        valid = isinstance(top, int) and not isinstance(top, bool) and 0 <= top <= MAX_LOGPROBS
+        if top is not None and not valid:
+            raise ClientError(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}", param="logprobs")
+        model = self._loaded()
+        ids = self.encode_prompt(request)
+        self._max_new_tokens(request, len(ids))  # the context-length check
+        usage = Usage(prompt_tokens=len(ids), completion_tokens=0)
+        if top is None:
+            return Completion(request.prompt or "", "length", usage)
+        logits = await asyncio.to_thread(model.prompt_logits, ids)
+        block = prompt_logprobs(logits[:-1], ids[1:].tolist(), top, model.decode_token)
+        return Completion(request.prompt or "", "length", usage, logprobs=block)
+
     async def complete(self, request: GenerateRequest) -> Completion:
+        if request.kind == "completion" and request.extra.get("echo") is True:
+            return await self._score(request)
         parts: list[str] = []
         async for chunk in self.stream(request):
             parts.append(chunk.text)

@@ -227,7 +227,8 @@ class OpenAIHttpBackend:
             choice = data["choices"][0]
             text = (choice["message"].get("content") if request.kind == "chat" else choice["text"]) or ""
             usage = _usage(data.get("usage")) or Usage()
-            return Completion(text=text, finish_reason=choice.get("finish_reason") or "stop", usage=usage)
+            finish = choice.get("finish_reason") or "stop"
+            return Completion(text=text, finish_reason=finish, usage=usage, logprobs=choice.get("logprobs"))
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
 

@@ -131,6 +131,22 @@ class GenAIModel:
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self.tokenizer.encode(text), dtype=np.int32)
 
+    def decode_token(self, token: int) -> str:
+        return str(self.tokenizer.decode(np.array([token], dtype=np.int32)))
+
+    def prompt_logits(self, ids: np.ndarray) -> np.ndarray:
+        """Raw logits at every position of ``ids`` (BOS first): shape (len(ids), vocab).
+
+        One forward pass on a generator of its own (any thread; ONNX Runtime sessions run
+        concurrently), outside the batcher: scoring generates nothing.
+        """
+        params = og.GeneratorParams(self.model)
+        params.set_search_options(max_length=min(self.context_length, len(ids) + 1))
+        generator = og.Generator(self.model, params)
+        generator.append_tokens(ids.reshape(1, -1))
+        logits: np.ndarray = np.array(generator.get_output("logits"))[0]
+        return logits
+
     def run_batch(self, batch: list[Sequence]) -> None:
         """Decode ``batch`` to completion (worker thread)."""
         live = [s for s in batch if not s.cancel_requested]

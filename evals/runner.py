@@ -7,9 +7,10 @@ prompt is also sent there and the exact-output agreement is measured (e.g. int4 
 Accuracy and agreement get percentile bootstrap 95% intervals. Writes ``summary.json``
 (contract ``turnout.eval/1``), ``records.jsonl`` and ``summary.md`` into ``out``.
 
-Log-likelihood tasks (``text`` perplexity, ``choice``) need ``/v1/completions`` with ``echo``
-and prompt ``logprobs``, which the gateway does not serve yet: asking for them is an error
-that says so.
+Log-likelihood tasks score text with ``/v1/completions`` (``echo``, ``logprobs: 0``,
+``max_tokens: 0``): ``text`` gives the perplexity of held-out sentences (per token, the first
+token of each sentence excluded), ``choice`` picks the choice whose tokens (those past the
+prompt, by ``text_offset``) have the highest summed logprob.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ GENERATION_TASKS: dict[str, tuple[str, Scoring, int]] = {
     "continuation": ("continuation", "normalized", 16),
 }
 LOGLIKELIHOOD_TASKS = ("text", "choice")
+TASKS = (*GENERATION_TASKS, *LOGLIKELIHOOD_TASKS)
 
 
 class EvalError(RuntimeError):
@@ -94,9 +96,64 @@ async def _task(client: httpx.AsyncClient, run: EvalRun, task: str, bar: tqdm) -
     return list(await asyncio.gather(*(one(row) for row in rows)))
 
 
+async def _logprobs(client: httpx.AsyncClient, model: str, text: str) -> tuple[list[float], list[int], str]:
+    """(token logprobs without the first, their text offsets, variant) of ``text`` as a prompt."""
+    body = {"model": model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": 0}
+    reply = await client.post("/v1/completions", json=body)
+    if reply.status_code != 200:
+        raise EvalError(f"{model}: scoring answered {reply.status_code}: {reply.text[:300]}")
+    block = reply.json()["choices"][0]["logprobs"] or {}
+    return block["token_logprobs"][1:], block["text_offset"][1:], reply.headers.get("x-turnout-variant", "?")
+
+
+async def _loglikelihood_task(
+    client: httpx.AsyncClient, run: EvalRun, task: str, bar: tqdm
+) -> list[dict[str, Any]]:
+    dataset: Dataset = shipped()[task]
+    rows = dataset.rows[: run.limit] if run.limit else dataset.rows
+    gate = asyncio.Semaphore(run.concurrency)
+
+    async def one(row: dict[str, Any]) -> dict[str, Any]:
+        async with gate:
+            record: dict[str, Any] = {"task": task, "dataset": dataset.label, "id": row["id"]}
+            if task == "text":
+                scores, _, variant = await _logprobs(client, run.model, row["text"])
+                record.update(nll=-sum(scores), tokens=len(scores), variant=variant)
+            else:
+                sums, start = [], len(row["prompt"])
+                for choice in row["choices"]:
+                    scores, offsets, variant = await _logprobs(client, run.model, row["prompt"] + choice)
+                    sums.append(sum(s for s, at in zip(scores, offsets, strict=True) if at >= start))
+                picked = max(range(len(sums)), key=sums.__getitem__)
+                correct = picked == row["answer"]
+                record.update(picked=picked, expected=row["answer"], correct=correct, variant=variant)
+            bar.update(1)
+            return record
+
+    return list(await asyncio.gather(*(one(row) for row in rows)))
+
+
 def _interval(values: list[float], seed: int) -> dict[str, Any]:
     low, high = bootstrap_ci(values, seed)
     return {"value": mean(values), "ci95": [low, high], "n": len(values)}
+
+
+def _perplexity(records: list[dict[str, Any]], seed: int, resamples: int = 2000) -> dict[str, Any]:
+    """exp(NLL per token) over all tokens; the 95% interval from resampling whole sentences."""
+    import math
+    import random
+
+    def pooled(chosen: list[dict[str, Any]]) -> float:
+        tokens = sum(r["tokens"] for r in chosen)
+        return math.exp(sum(r["nll"] for r in chosen) / tokens) if tokens else 0.0
+
+    rng = random.Random(seed)
+    n = len(records)
+    if not n:
+        return {"value": 0.0, "ci95": [0.0, 0.0], "n": 0}
+    draws = sorted(pooled([records[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    low, high = draws[int(0.025 * len(draws))], draws[min(len(draws) - 1, int(0.975 * len(draws)))]
+    return {"value": pooled(records), "ci95": [low, high], "n": n}
 
 
 def summarize(
@@ -106,12 +163,16 @@ def summarize(
     tasks: dict[str, Any] = {}
     for task in run.tasks:
         chosen = [r for r in records if r["task"] == task]
-        scoring = GENERATION_TASKS[task][1]
-        tasks[task] = {"metric": f"{scoring}_match", "dataset": chosen[0]["dataset"] if chosen else "",
+        dataset = chosen[0]["dataset"] if chosen else ""
+        if task == "text":
+            tasks[task] = {"metric": "perplexity", "dataset": dataset, **_perplexity(chosen, run.seed)}
+            continue
+        metric = "accuracy" if task == "choice" else f"{GENERATION_TASKS[task][1]}_match"
+        tasks[task] = {"metric": metric, "dataset": dataset,
                        **_interval([float(r["correct"]) for r in chosen], run.seed)}  # fmt: skip
     agreement = None
     if run.reference:
-        agreed = [float(r["agree"]) for r in records]
+        agreed = [float(r["agree"]) for r in records if "agree" in r]
         agreement = {"reference": run.reference, "exact_output_agreement": _interval(agreed, run.seed + 1),
                      "top1_token_agreement": None}  # fmt: skip
     seen = sorted({r["variant"] for r in records})
@@ -126,8 +187,11 @@ def summary_markdown(summary: dict[str, Any]) -> str:
              "| task | metric | value | 95% CI | n |", "|---|---|---:|---|---:|"]  # fmt: skip
     for task, figures in summary["tasks"].items():
         low, high = figures["ci95"]
-        lines.append(f"| {task} | {figures['metric']} | {figures['value']:.1%} | {low:.1%}–{high:.1%} | "
-                     f"{figures['n']} |")  # fmt: skip
+        if figures["metric"] == "perplexity":
+            value, interval = f"{figures['value']:.3f}", f"{low:.3f}–{high:.3f}"
+        else:
+            value, interval = f"{figures['value']:.1%}", f"{low:.1%}–{high:.1%}"
+        lines.append(f"| {task} | {figures['metric']} | {value} | {interval} | {figures['n']} |")
     agreement = summary.get("agreement")
     if agreement:
         figures = agreement["exact_output_agreement"]
@@ -139,23 +203,26 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 async def _run(run: EvalRun) -> list[dict[str, Any]]:
     headers = {"authorization": f"Bearer {run.api_key}"} if run.api_key else {}
-    total = sum(len(shipped()[GENERATION_TASKS[t][0]].rows[: run.limit or None]) for t in run.tasks)
+    def size(task: str) -> int:
+        name = GENERATION_TASKS[task][0] if task in GENERATION_TASKS else task
+        return len(shipped()[name].rows[: run.limit or None])
+
+    total = sum(size(task) for task in run.tasks)
     async with httpx.AsyncClient(base_url=run.target, timeout=120, headers=headers) as client:
         with tqdm(total=total, desc=f"eval {run.model}", unit="prompt") as bar:
             records: list[dict[str, Any]] = []
             for task in run.tasks:
-                records += await _task(client, run, task, bar)
+                if task in GENERATION_TASKS:
+                    records += await _task(client, run, task, bar)
+                else:
+                    records += await _loglikelihood_task(client, run, task, bar)
     return records
 
 
 def run_eval(run: EvalRun) -> dict[str, Any]:
     for task in run.tasks:
-        if task in LOGLIKELIHOOD_TASKS:
-            raise EvalError(f"task {task!r} needs /v1/completions with echo and prompt logprobs, "
-                            "which the gateway does not serve yet; run the generation tasks: "
-                            f"{', '.join(GENERATION_TASKS)}")  # fmt: skip
-        if task not in GENERATION_TASKS:
-            raise EvalError(f"unknown task {task!r}; expected one of: {', '.join(GENERATION_TASKS)}")
+        if task not in TASKS:
+            raise EvalError(f"unknown task {task!r}; expected one of: {', '.join(TASKS)}")
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     records = asyncio.run(_run(run))
     summary = summarize(run, records, variant_facts(run.target), started)

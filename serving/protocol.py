@@ -72,7 +72,8 @@ class SamplingFields(WireModel):
         if self.n is not None and self.n != 1:
             raise ClientError("only n=1 is supported", param="n", code="unsupported_value")
         max_tokens = self.effective_max_tokens()
-        if max_tokens is not None and max_tokens < 1:
+        scoring = max_tokens == 0 and self.extra_fields().get("echo") is True  # score the prompt only
+        if max_tokens is not None and max_tokens < 1 and not scoring:
             raise ClientError(
                 f"{max_tokens_field} must be at least 1, got {max_tokens}",
                 param=max_tokens_field,

@@ -100,7 +100,13 @@ def chat_body(rid: str, model: str, created: int, text: str, finish: str, usage:
 
 
 def completion_body(
-    rid: str, model: str, created: int, text: str, finish: str, usage: dict[str, int]
+    rid: str,
+    model: str,
+    created: int,
+    text: str,
+    finish: str,
+    usage: dict[str, int],
+    logprobs: dict[str, Any] | None = None,
 ) -> bytes:
     return orjson.dumps(
         {
@@ -108,7 +114,7 @@ def completion_body(
             "object": "text_completion",
             "created": created,
             "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
             "usage": usage,
         }
     )
@@ -213,8 +219,13 @@ async def _serve(request: Request, chat: bool) -> Response:
         headers["x-turnout-variant"] = routed.served_by
         if principal.tpm is not None:
             state.access.charge(principal, result.usage.total_tokens)
-        render = chat_body if chat else completion_body
-        content = render(rid, route, created, result.text, result.finish_reason, result.usage.as_dict())
+        usage = result.usage.as_dict()
+        if chat:
+            content = chat_body(rid, route, created, result.text, result.finish_reason, usage)
+        else:
+            content = completion_body(
+                rid, route, created, result.text, result.finish_reason, usage, result.logprobs
+            )
         return Response(content, media_type="application/json", headers=headers)
     except TurnoutError as exc:
         if routed is not None:

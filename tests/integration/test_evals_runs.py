@@ -78,7 +78,16 @@ def test_the_comparison_report_renders_every_section(eval_dirs: dict[str, Path],
         assert (out / png).read_bytes().startswith(b"\x89PNG")
 
 
-def test_log_likelihood_tasks_say_what_is_missing(gateway_url: str, tmp_path: Path) -> None:
-    done = turnout("eval", "--target", gateway_url, "--model", "turnout-tiny", "--tasks", "choice",
-                   "--out", str(tmp_path))  # fmt: skip
-    assert done.returncode == 2 and "needs /v1/completions with echo and prompt logprobs" in done.stderr
+def test_log_likelihood_tasks_score_text_and_choices(gateway_url: str, tmp_path: Path) -> None:
+    done = turnout("eval", "--target", gateway_url, "--model", "turnout-tiny", "--tasks", "text,choice",
+                   "--limit", "30", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    tasks = json.loads((tmp_path / "summary.json").read_text())["tasks"]
+    text, choice = tasks["text"], tasks["choice"]
+    print(f"perplexity {text['value']:.3f} {text['ci95']}, choice accuracy {choice['value']:.2f}")
+    assert text["metric"] == "perplexity" and 1.0 < text["value"] < 10.0
+    assert text["ci95"][0] <= text["value"] <= text["ci95"][1] and text["n"] == 30
+    assert choice["metric"] == "accuracy" and choice["value"] >= 0.8  # counting and copying were learned
+    unknown = turnout("eval", "--target", gateway_url, "--model", "turnout-tiny", "--tasks", "nope",
+                      "--out", str(tmp_path))  # fmt: skip
+    assert unknown.returncode == 2 and "unknown task 'nope'" in unknown.stderr
