@@ -96,14 +96,18 @@ async def _task(client: httpx.AsyncClient, run: EvalRun, task: str, bar: tqdm) -
     return list(await asyncio.gather(*(one(row) for row in rows)))
 
 
-async def _logprobs(client: httpx.AsyncClient, model: str, text: str) -> tuple[list[float], list[int], str]:
-    """(token logprobs without the first, their text offsets, variant) of ``text`` as a prompt."""
-    body = {"model": model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": 0}
+async def _logprobs(
+    client: httpx.AsyncClient, model: str, text: str, top: int = 0
+) -> tuple[list[float], list[int], str, list[str]]:
+    """(token logprobs without the first, their offsets, variant, top-1 tokens if ``top``) of ``text``."""
+    body = {"model": model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": top}
     reply = await client.post("/v1/completions", json=body)
     if reply.status_code != 200:
         raise EvalError(f"{model}: scoring answered {reply.status_code}: {reply.text[:300]}")
     block = reply.json()["choices"][0]["logprobs"] or {}
-    return block["token_logprobs"][1:], block["text_offset"][1:], reply.headers.get("x-turnout-variant", "?")
+    best = [max(alternatives, key=alternatives.get) for alternatives in block["top_logprobs"][1:] if top]
+    variant = reply.headers.get("x-turnout-variant", "?")
+    return block["token_logprobs"][1:], block["text_offset"][1:], variant, best
 
 
 async def _loglikelihood_task(
@@ -117,12 +121,12 @@ async def _loglikelihood_task(
         async with gate:
             record: dict[str, Any] = {"task": task, "dataset": dataset.label, "id": row["id"]}
             if task == "text":
-                scores, _, variant = await _logprobs(client, run.model, row["text"])
+                scores, _, variant, _ = await _logprobs(client, run.model, row["text"])
                 record.update(nll=-sum(scores), tokens=len(scores), variant=variant)
             else:
                 sums, start = [], len(row["prompt"])
                 for choice in row["choices"]:
-                    scores, offsets, variant = await _logprobs(client, run.model, row["prompt"] + choice)
+                    scores, offsets, variant, _ = await _logprobs(client, run.model, row["prompt"] + choice)
                     sums.append(sum(s for s, at in zip(scores, offsets, strict=True) if at >= start))
                 picked = max(range(len(sums)), key=sums.__getitem__)
                 correct = picked == row["answer"]
@@ -133,27 +137,59 @@ async def _loglikelihood_task(
     return list(await asyncio.gather(*(one(row) for row in rows)))
 
 
+async def _top1_agreement(client: httpx.AsyncClient, run: EvalRun, bar: tqdm) -> list[dict[str, Any]]:
+    """Per held-out sentence: at how many positions the model's top-1 next token is the reference's."""
+    assert run.reference is not None
+    rows = shipped()["text"].rows[: run.limit or 100]
+    gate = asyncio.Semaphore(run.concurrency)
+
+    async def one(row: dict[str, Any]) -> dict[str, Any]:
+        async with gate:
+            _, _, variant, mine = await _logprobs(client, run.model, row["text"], top=1)
+            _, _, _, theirs = await _logprobs(client, run.reference or "", row["text"], top=1)
+            bar.update(1)
+            agreed = sum(a == b for a, b in zip(mine, theirs, strict=True))
+            record = {"task": "top1", "id": row["id"], "agreed": agreed, "positions": len(mine)}
+            return {**record, "variant": variant}
+
+    return list(await asyncio.gather(*(one(row) for row in rows)))
+
+
+def _pooled(records: list[dict[str, Any]], seed: int, value: Any, resamples: int = 2000) -> dict[str, Any]:
+    """``value(records)`` with a 95% interval from resampling the records (sentences) themselves."""
+    import random
+
+    n = len(records)
+    if not n:
+        return {"value": 0.0, "ci95": [0.0, 0.0], "n": 0}
+    rng = random.Random(seed)
+    draws = sorted(value([records[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    low, high = draws[int(0.025 * resamples)], draws[min(resamples - 1, int(0.975 * resamples))]
+    return {"value": value(records), "ci95": [low, high], "n": n}
+
+
 def _interval(values: list[float], seed: int) -> dict[str, Any]:
     low, high = bootstrap_ci(values, seed)
     return {"value": mean(values), "ci95": [low, high], "n": len(values)}
 
 
-def _perplexity(records: list[dict[str, Any]], seed: int, resamples: int = 2000) -> dict[str, Any]:
+def _perplexity(records: list[dict[str, Any]], seed: int) -> dict[str, Any]:
     """exp(NLL per token) over all tokens; the 95% interval from resampling whole sentences."""
     import math
-    import random
 
     def pooled(chosen: list[dict[str, Any]]) -> float:
         tokens = sum(r["tokens"] for r in chosen)
         return math.exp(sum(r["nll"] for r in chosen) / tokens) if tokens else 0.0
 
-    rng = random.Random(seed)
-    n = len(records)
-    if not n:
-        return {"value": 0.0, "ci95": [0.0, 0.0], "n": 0}
-    draws = sorted(pooled([records[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
-    low, high = draws[int(0.025 * len(draws))], draws[min(len(draws) - 1, int(0.975 * len(draws)))]
-    return {"value": pooled(records), "ci95": [low, high], "n": n}
+    return _pooled(records, seed, pooled)
+
+
+def _top1(records: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    def share(chosen: list[dict[str, Any]]) -> float:
+        positions = sum(r["positions"] for r in chosen)
+        return sum(r["agreed"] for r in chosen) / positions if positions else 0.0
+
+    return _pooled(records, seed, share)
 
 
 def summarize(
@@ -173,8 +209,9 @@ def summarize(
     agreement = None
     if run.reference:
         agreed = [float(r["agree"]) for r in records if "agree" in r]
+        top1 = [r for r in records if r["task"] == "top1"]
         agreement = {"reference": run.reference, "exact_output_agreement": _interval(agreed, run.seed + 1),
-                     "top1_token_agreement": None}  # fmt: skip
+                     "top1_token_agreement": _top1(top1, run.seed + 2)}  # fmt: skip
     seen = sorted({r["variant"] for r in records})
     return {
         "schema": "turnout.eval/1", "target": run.target, "model": run.model, "started_at": started,
@@ -194,10 +231,14 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         lines.append(f"| {task} | {figures['metric']} | {value} | {interval} | {figures['n']} |")
     agreement = summary.get("agreement")
     if agreement:
-        figures = agreement["exact_output_agreement"]
-        low, high = figures["ci95"]
-        lines += ["", f"Exact-output agreement with {agreement['reference']}: {figures['value']:.1%} "
-                      f"({low:.1%}–{high:.1%}, n={figures['n']})"]  # fmt: skip
+        lines.append("")
+        kinds = (("exact_output_agreement", "Exact-output"), ("top1_token_agreement", "Top-1 token"))
+        for key, label in kinds:
+            figures = agreement[key]
+            if figures and figures["n"]:
+                low, high = figures["ci95"]
+                lines.append(f"{label} agreement with {agreement['reference']}: {figures['value']:.1%} "
+                             f"({low:.1%}–{high:.1%}, n={figures['n']})  ")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -208,6 +249,8 @@ async def _run(run: EvalRun) -> list[dict[str, Any]]:
         return len(shipped()[name].rows[: run.limit or None])
 
     total = sum(size(task) for task in run.tasks)
+    if run.reference:
+        total += len(shipped()["text"].rows[: run.limit or 100])
     async with httpx.AsyncClient(base_url=run.target, timeout=120, headers=headers) as client:
         with tqdm(total=total, desc=f"eval {run.model}", unit="prompt") as bar:
             records: list[dict[str, Any]] = []
@@ -216,6 +259,8 @@ async def _run(run: EvalRun) -> list[dict[str, Any]]:
                     records += await _task(client, run, task, bar)
                 else:
                     records += await _loglikelihood_task(client, run, task, bar)
+            if run.reference:
+                records += await _top1_agreement(client, run, bar)
     return records
 
 

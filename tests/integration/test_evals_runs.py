@@ -49,7 +49,12 @@ def test_int4_agreement_with_fp32_is_reported_with_an_interval(eval_dirs: dict[s
     print(f"int4 vs fp32 exact-output agreement: {agreement}")
     assert agreement["n"] == 120 and 0.5 < agreement["value"] <= 1.0
     assert agreement["ci95"][0] <= agreement["value"] <= agreement["ci95"][1]
-    assert "Exact-output agreement with turnout-tiny" in (eval_dirs["int4"] / "summary.md").read_text()
+    top1 = summary["agreement"]["top1_token_agreement"]
+    print(f"int4 vs fp32 top-1 token agreement: {top1}")
+    assert top1["n"] == 60 and 0.8 < top1["value"] <= 1.0
+    assert top1["ci95"][0] <= top1["value"] <= top1["ci95"][1]
+    text = (eval_dirs["int4"] / "summary.md").read_text()
+    assert "Exact-output agreement with turnout-tiny" in text and "Top-1 token agreement" in text
 
 
 def test_the_comparison_report_renders_every_section(eval_dirs: dict[str, Path], tmp_path: Path) -> None:
