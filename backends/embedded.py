@@ -155,14 +155,17 @@ class EmbeddedBackend:
             seq.cancel_requested = True
 
     async def _score(self, request: GenerateRequest) -> Completion:
-        """``echo`` + ``max_tokens: 0``: the prompt back, with its tokens' logprobs when asked."""
+        """``echo`` with ``max_tokens`` 0 or 1: the prompt back (plus the greedy next token),
+        with every token's logprob when asked (lm-evaluation-harness's loglikelihood request)."""
         extra = dict(request.extra)
         extra.pop("echo")
         top = extra.pop("logprobs", None)
         check_extra(extra, "the embedded engine")
-        if request.params.max_tokens != 0:
+        new_tokens = request.params.max_tokens
+        if new_tokens not in (0, 1) or (new_tokens == 1 and not request.params.greedy):
             raise ClientError(
-                "echo is supported by the embedded engine only with max_tokens 0 (scoring the prompt)",
+                "echo is supported by the embedded engine with max_tokens 0 (score the prompt) or 1 "
+                "at temperature 0 (score it and add the greedy next token)",
                 param="max_tokens",
                 code="unsupported_value",
             )
@@ -172,12 +175,19 @@ class EmbeddedBackend:
         model = self._loaded()
         ids = self.encode_prompt(request)
         self._max_new_tokens(request, len(ids))  # the context-length check
-        usage = Usage(prompt_tokens=len(ids), completion_tokens=0)
-        if top is None:
-            return Completion(request.prompt or "", "length", usage)
+        prompt = request.prompt or ""
+        usage = Usage(prompt_tokens=len(ids), completion_tokens=new_tokens)
+        if top is None and new_tokens == 0:
+            return Completion(prompt, "length", usage)
         logits = await asyncio.to_thread(model.prompt_logits, ids)
-        block = prompt_logprobs(logits[:-1], ids[1:].tolist(), top, model.decode_token)
-        return Completion(request.prompt or "", "length", usage, logprobs=block)
+        scored = ids[1:].tolist()
+        if new_tokens == 1:
+            scored.append(int(np.argmax(logits[-1])))
+        else:
+            logits = logits[:-1]
+        text = prompt + (model.decode_token(scored[-1]) if new_tokens else "")
+        block = prompt_logprobs(logits, scored, top or 0, model.decode_token) if top is not None else None
+        return Completion(text, "length", usage, logprobs=block)
 
     async def complete(self, request: GenerateRequest) -> Completion:
         if request.kind == "completion" and request.extra.get("echo") is True:
