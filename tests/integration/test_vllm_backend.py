@@ -133,3 +133,15 @@ def test_trtllm_serve_preset_speaks_to_an_openai_face(gateway: Launched) -> None
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 2
     labels = {"variant": "tiny-trtllm-serve", "engine": "trtllm-serve", "vendor": "nvidia"}
     assert metric_value(gateway.url, "turnout_variant_info", accelerator="h100", **labels) == 1
+
+
+def test_prompt_logprobs_pass_through_from_vllm(gateway: Launched, vllm: VllmServer) -> None:
+    """lm-evaluation-harness's scoring request, through Turnout to vLLM and back unchanged."""
+    body = {"model": "tiny", "prompt": "12+34=640", "max_tokens": 1, "echo": True, "logprobs": 1,
+            "temperature": 0}  # fmt: skip
+    through = httpx.post(f"{gateway.url}/v1/completions", json=body, timeout=60)
+    assert through.status_code == 200, through.text
+    direct = httpx.post(f"{vllm.base_url}/completions", json={**body, "model": MODEL}, timeout=60)
+    assert through.json()["choices"][0]["logprobs"] == direct.json()["choices"][0]["logprobs"]
+    logprobs = through.json()["choices"][0]["logprobs"]
+    assert logprobs["token_logprobs"][0] is None and sum(logprobs["token_logprobs"][-4:-1]) > -0.05
