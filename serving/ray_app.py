@@ -9,111 +9,90 @@ replica polls the same route store (``store.url``: SQLite on one node, PostgreSQ
 nodes), so an admin change made through any replica reaches all of them within the poll
 interval. Each response names the replica that served it in ``x-turnout-replica``.
 
+A gateway replica reports ready only after its engine deployments have loaded their models and
+the rate counter has answered (``_ReplicaEdge``), so the first requests never pay for either.
+
 Deployment names: ``TurnoutGateway``, ``TurnoutRateCounter``, and ``TurnoutEngine`` for the
 application rendered from one variant spec (``deploy.render.ray_serve``: ``args`` with
-``variant_id``, ``variant``, ``model_source``) or ``TurnoutEngine-<variant>`` per embedded
-variant of a ``gateway.yaml`` (``args``: ``config`` (path or mapping), ``gateway_replicas``).
-Engine replicas come from the spec (``replicas``, or ``autoscaling`` on ongoing requests
-with its bounds); a variant declared without a spec gets one replica.
+``variant_id``, ``variant``, ``gateway_replicas`` and ``model_source`` or ``engine_url``) or
+``TurnoutEngine-<variant>`` per embedded variant of a ``gateway.yaml`` (``args``: ``config``
+(path or mapping), ``gateway_replicas``). Engine replicas come from the spec (``replicas``, or
+``autoscaling`` on ongoing requests with its bounds); an embedded variant declared without a
+spec autoscales between ``DEFAULT_MIN_ENGINES`` and ``DEFAULT_MAX_ENGINES`` replicas, aiming
+at one full batch (``batching.max_batch_size``) in flight per replica.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import HttpUrl
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest
+from backends.base import BackendInfo
 from backends.ray_engine import RayEngineBackend
 from backends.settings import EmbeddedSettings
+from deploy.render import ray_serve as rendered
 from deploy.spec import VariantSpec, parse_spec
 from serving.config import GatewayConfig, load_config, parse_config
 from serving.metrics import GatewayMetrics
-from serving.ratelimit_shared import Limiter, LocalLimiter, SharedLimiter
+from serving.ratelimit_shared import Limiter, SharedLimiter
+from serving.ray_deployments import HandleCounter, TurnoutEngine, TurnoutRateCounter
 from serving.routing.spec import RouteSpec, WeightedTarget
 from serving.spec_variants import SpecVariant, variant_settings
 
-GATEWAY = "TurnoutGateway"
-ENGINE = "TurnoutEngine"
-COUNTER = "TurnoutRateCounter"
+log = logging.getLogger("turnout")
+
+GATEWAY = rendered.GATEWAY_DEPLOYMENT
+ENGINE = rendered.ENGINE_DEPLOYMENT
+COUNTER = rendered.COUNTER_DEPLOYMENT
 # Ray Serve's default (5 in flight per replica) would starve the engine's batcher and the gateway.
 GATEWAY_MAX_ONGOING = 1024
 ENGINE_CPUS = 0.25  # Ray only counts these (placement); ONNX Runtime threads are set per variant
 GATEWAY_CPUS = 0.25  # so 2-4 gateway replicas and a few engines fit on a 2-core machine
+DEFAULT_MIN_ENGINES = 1
+DEFAULT_MAX_ENGINES = 2
+HEALTH_CHECK_S = 2.0
+WARM_TIMEOUT_S = 120.0  # a gateway replica waits this long for its engines before serving anyway
 
 
-class TurnoutEngine:
-    """One embedded engine (ONNX Runtime GenAI, in this replica's process)."""
+class _ReplicaEdge:
+    """Names the replica in ``x-turnout-replica`` on every response; warms up before startup ends.
 
-    def __init__(self, variant: str, settings: dict[str, Any]) -> None:
-        from backends.embedded import EmbeddedBackend
+    Serve's proxy passes its request id down as ``x-request-id`` (the client's, or one it made)
+    and puts it on every response itself, so the app's own copy of that header is dropped here:
+    one header, the same id the gateway logs.
+    """
 
-        self.backend = EmbeddedBackend(variant, EmbeddedSettings.model_validate(settings))
-        self._started = False
-
-    async def _started_backend(self) -> Any:
-        if not self._started:
-            await self.backend.start()
-            self._started = True
-        return self.backend
-
-    async def complete(self, request: GenerateRequest) -> Completion:
-        backend = await self._started_backend()
-        result: Completion = await backend.complete(request)
-        return result
-
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        backend = await self._started_backend()
-        async for chunk in backend.stream(request):
-            yield chunk
-
-
-class TurnoutRateCounter:
-    """The token buckets of every key, shared by all gateway replicas (one replica, in memory)."""
-
-    def __init__(self) -> None:
-        self.limiter = LocalLimiter()
-
-    async def admit(self, key: str, rpm: int | None, tpm: int | None) -> float | None:
-        return self.limiter.admit_now(key, rpm, tpm)
-
-    async def charge(self, key: str, tokens: int, tpm: int | None) -> None:
-        self.limiter.charge(key, tokens, tpm)
-
-
-class _HandleCounter:
-    """``serving.ratelimit_shared.Counter`` over the counter deployment's handle."""
-
-    def __init__(self, handle: DeploymentHandle[Any]) -> None:
-        self.handle = handle
-
-    async def admit(self, key: str, rpm: int | None, tpm: int | None) -> float | None:
-        answer: float | None = await self.handle.admit.remote(key, rpm, tpm)
-        return answer
-
-    async def charge(self, key: str, tokens: int, tpm: int | None) -> None:
-        await self.handle.charge.remote(key, tokens, tpm)
-
-
-class _ReplicaHeader:
-    """Adds ``x-turnout-replica`` (this Ray Serve replica's id) to every response."""
-
-    def __init__(self, app: ASGIApp, replica: str) -> None:
+    def __init__(self, app: ASGIApp, replica: str, warm: Callable[[], Any]) -> None:
         self.app = app
         self.header = (b"x-turnout-replica", replica.encode())
+        self._warm = warm
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+
+            async def warmed(message: Message) -> None:
+                if message["type"] == "lifespan.startup.complete":
+                    await self._warm()
+                await send(message)
+
+            await self.app(scope, receive, warmed)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
 
         async def tagged(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), self.header]
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                message["headers"] = [*kept, self.header]
             await send(message)
 
         await self.app(scope, receive, tagged)
@@ -142,8 +121,24 @@ class TurnoutGateway:
         self.replicas = replicas
 
     def _limiter(self, metrics: GatewayMetrics) -> Limiter:
-        counter = _HandleCounter(self.counter)
-        return SharedLimiter(counter, self.replicas, metrics.shared_limit_unreachable.inc)
+        # The deployment's own replica count (an edited serve config included) divides the
+        # limits in the fallback; the builder's argument only when Ray does not say.
+        live = serve.get_replica_context().world_size
+        replicas = live if isinstance(live, int) and live > 0 else self.replicas
+        return SharedLimiter(HandleCounter(self.counter), replicas, metrics.shared_limit_unreachable.inc)
+
+    async def _warm(self) -> None:
+        """Wait (bounded) until every engine has loaded its model and the counter answers."""
+        targets = {COUNTER: self.counter, **{f"engine {name}": h for name, h in self.engines.items()}}
+
+        async def ping(name: str, handle: DeploymentHandle[Any]) -> None:
+            try:
+                await asyncio.wait_for(handle.ping.remote(), WARM_TIMEOUT_S)
+            except Exception as exc:  # serve anyway: requests wait for (or fail over) the engine
+                why = f"{type(exc).__name__}: {exc}"
+                log.warning("gateway replica: %s not ready after start (%s)", name, why)
+
+        await asyncio.gather(*(ping(name, handle) for name, handle in targets.items()))
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from serving.app import create_app
@@ -158,35 +153,53 @@ class TurnoutGateway:
             backends[name] = RayEngineBackend(name, handle, info)
         app = create_app(self.config, backends=backends, limiter=self._limiter)
         replica = serve.get_replica_context().replica_id.unique_id
-        return _ReplicaHeader(app, replica)
+        return _ReplicaEdge(app, replica, self._warm)
 
 
 # The deployments (decorated here, not on the classes, so the classes stay plain and typed).
+# Serve notices a dead replica at its next health check (default every 10 s) and only then
+# starts another; requests waiting on a dead engine or counter wait that long, so check often.
 ENGINE_DEPLOYMENT: Any = serve.deployment(
-    name=ENGINE, max_ongoing_requests=256, ray_actor_options={"num_cpus": ENGINE_CPUS}
+    name=ENGINE,
+    max_ongoing_requests=256,
+    ray_actor_options={"num_cpus": ENGINE_CPUS},
+    health_check_period_s=HEALTH_CHECK_S,
 )(TurnoutEngine)
 COUNTER_DEPLOYMENT: Any = serve.deployment(
-    name=COUNTER, num_replicas=1, max_ongoing_requests=4096, ray_actor_options={"num_cpus": 0}
+    name=COUNTER,
+    num_replicas=1,
+    max_ongoing_requests=4096,
+    ray_actor_options={"num_cpus": 0},
+    health_check_period_s=HEALTH_CHECK_S,
 )(TurnoutRateCounter)
 GATEWAY_DEPLOYMENT: Any = serve.deployment(
-    name=GATEWAY, max_ongoing_requests=GATEWAY_MAX_ONGOING, ray_actor_options={"num_cpus": GATEWAY_CPUS}
+    name=GATEWAY,
+    max_ongoing_requests=GATEWAY_MAX_ONGOING,
+    ray_actor_options={"num_cpus": GATEWAY_CPUS},
+    health_check_period_s=HEALTH_CHECK_S,
 )(serve.ingress()(TurnoutGateway))
 
 
-def _engine_options(spec: VariantSpec | None, settings: EmbeddedSettings) -> dict[str, Any]:
+def engine_options(spec: VariantSpec | None, settings: EmbeddedSettings) -> dict[str, Any]:
+    """Ray Serve options of one embedded variant's engine deployment (pure)."""
     options: dict[str, Any] = {"max_ongoing_requests": settings.batching.max_queue_size}
-    if spec is None:
-        options["num_replicas"] = 1
-    elif spec.autoscaling is None:
+    if spec is not None and spec.autoscaling is None:
         options["num_replicas"] = spec.replicas
+        return options
+    if spec is None:
+        bounds = (DEFAULT_MIN_ENGINES, DEFAULT_MIN_ENGINES, DEFAULT_MAX_ENGINES)
+        target = float(settings.batching.max_batch_size)
     else:
+        assert spec.autoscaling is not None
         scaling = spec.autoscaling
-        options["autoscaling_config"] = {
-            "min_replicas": scaling.min_replicas,
-            "initial_replicas": spec.replicas,
-            "max_replicas": scaling.max_replicas,
-            "target_ongoing_requests": scaling.target_ongoing_requests,
-        }
+        bounds = (scaling.min_replicas, spec.replicas, scaling.max_replicas)
+        target = scaling.target_ongoing_requests
+    options["autoscaling_config"] = {
+        "min_replicas": bounds[0],
+        "initial_replicas": bounds[1],
+        "max_replicas": bounds[2],
+        "target_ongoing_requests": target,
+    }
     return options
 
 
@@ -203,20 +216,24 @@ def build_from_config(
     engines = {}
     for name, settings in config.variants.items():
         if isinstance(settings, EmbeddedSettings):
-            options = _engine_options(specs.get(name), settings)
+            options = engine_options(specs.get(name), settings)
             deployment = ENGINE_DEPLOYMENT.options(name=engine_name(name), **options)
             engines[name] = deployment.bind(name, settings.model_dump(mode="json"))
     gateway = GATEWAY_DEPLOYMENT.options(num_replicas=gateway_replicas)
     return gateway.bind(source, engines, COUNTER_DEPLOYMENT.bind(), gateway_replicas, base_dir)
 
 
-def _config_for_spec(spec: VariantSpec, variant_id: str) -> dict[str, Any]:
-    if spec.engine != "onnxruntime-genai":
-        raise ValueError(
-            f"engine {spec.engine!r} runs as its own server, not inside Ray Serve here: declare it in a "
-            "gateway.yaml under specs: with its base_url/url and run `turnout serve --ray --config` on that"
-        )
-    settings = variant_settings(spec, SpecVariant.model_construct(spec=Path(".")))
+def config_for_spec(spec: VariantSpec, variant_id: str, engine_url: str | None) -> dict[str, Any]:
+    """The gateway config serving one rendered spec: its engine in Ray, or at ``engine_url``."""
+    if rendered.engine_in_ray(spec):
+        entry = SpecVariant.model_construct(spec=Path("."))
+    elif engine_url is None:
+        raise ValueError(f"engine {spec.engine!r} runs as its own server: args.engine_url must say where")
+    elif spec.engine in rendered.OPENAI_ENGINES:
+        entry = SpecVariant.model_construct(spec=Path("."), base_url=HttpUrl(engine_url))
+    else:
+        entry = SpecVariant.model_construct(spec=Path("."), url=HttpUrl(engine_url))
+    settings = variant_settings(spec, entry)
     route = RouteSpec(targets=[WeightedTarget(variant=variant_id)])
     return {
         "variants": {variant_id: settings.model_dump(mode="json")},
@@ -231,9 +248,10 @@ def _from_rendered(args: dict[str, Any], replicas: int) -> Any:
         raise ValueError(f"variant_id {args['variant_id']} does not match the variant's id {written.id}")
     variant = dict(args["variant"])
     source = args.get("model_source")
-    if source:  # where this cluster holds the weights; the id stays the spec's as written
+    if source and rendered.engine_in_ray(written):  # where this cluster holds the weights; id stays
         variant["model"] = {**variant["model"], "path": source, "architecture": None}
-    data = _config_for_spec(parse_spec(variant, "<ray args: variant>"), written.id)
+    spec = parse_spec(variant, "<ray args: variant>")
+    data = config_for_spec(spec, written.id, args.get("engine_url"))
     config = parse_config(data, "<ray args>")
     return build_from_config(config, data, gateway_replicas=replicas, engine_name=lambda _: ENGINE)
 

@@ -61,17 +61,34 @@ def serve(args: argparse.Namespace) -> int:
         log_to_driver=args.log_level in ("debug", "info"),
         logging_level=logging.getLevelName((args.log_level or "warning").upper()),
     )
+    # Installed after ray.init, which sets handlers of its own. Until Serve runs the app, Ctrl-C
+    # or SIGTERM interrupt the start; afterwards they end the wait. Either way Ray is shut down.
+    running = threading.Event()
+
+    def request_stop(*_: object) -> None:
+        stop.set()
+        if not running.is_set():
+            raise KeyboardInterrupt
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, request_stop)
+    # No access log line per request from Serve's proxy and replicas unless --log-level debug.
+    logging_config = {
+        "log_level": (args.log_level or "warning").upper(),
+        "enable_access_log": args.log_level == "debug",
+    }
     try:
-        ray_serve.start(http_options={"host": host, "port": port})
+        ray_serve.start(http_options={"host": host, "port": port}, logging_config=logging_config)
         app = build_from_config(config, source, gateway_replicas=replicas)
-        ray_serve.run(app, name="turnout", route_prefix="/", blocking=False)
-        # After ray.init, which installs handlers of its own: Ctrl-C and SIGTERM end the wait.
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
+        ray_serve.run(app, name="turnout", route_prefix="/", blocking=False, logging_config=logging_config)
+        running.set()
         print(f"turnout: Ray Serve gateway on http://{host}:{port} ({replicas} replica(s))", flush=True)
         while not stop.wait(0.5):
             pass
+    except KeyboardInterrupt:
+        print("turnout: stopped while starting", file=sys.stderr)
     finally:
+        running.set()  # a second Ctrl-C or SIGTERM no longer interrupts the shutdown below
         # Serve's graceful shutdown waits on its controller; cap it, then stop the whole node.
         closing = threading.Thread(target=ray_serve.shutdown, daemon=True)
         closing.start()

@@ -17,13 +17,16 @@ The engine container, per engine:
 - ``onnxruntime-genai``: the engine is in-process, so the Deployment runs the Turnout gateway
   itself (``turnout serve``, image built from this repository); probes on ``/ready``, ``/health``.
 
-The Deployment + Service and the RayService are two ways to run the variant (the engine behind
-a gateway elsewhere, or the gateway application on Ray with the engine in its replicas): apply
-the one you use. The RayService (``ray.io/v1``) embeds ``deploy.render.ray_serve``'s config as
-``serveConfigV2`` (in-container model paths), a CPU-only head (``num-cpus: 0``: no replicas on
-it) and one worker group whose pods each hold one engine replica's devices; its size follows
-``replicas`` and, with ``autoscaling``, ``min_replicas``/``max_replicas`` with KubeRay's in-tree
-autoscaler on.
+The RayService (``ray.io/v1``) runs the Turnout gateway application on Ray: it embeds
+``deploy.render.ray_serve``'s config as ``serveConfigV2`` (in-container model paths), a CPU-only
+head (``num-cpus: 0``: no replicas on it) and a ``gateway`` worker group (one 2-CPU pod per
+gateway replica, ``TURNOUT_STORE_URL`` from the ``url`` key of the Secret ``turnout-store``: a
+PostgreSQL URL every replica shares). For the embedded engine it adds an ``engine`` worker group
+whose pods each hold one engine replica; its size follows ``replicas`` and, with
+``autoscaling``, ``min_replicas``/``max_replicas`` with KubeRay's in-tree autoscaler on. Other
+engines run as their own servers: apply the Deployment + Service too; the gateways reach the
+engine through that Service. For the embedded engine the Deployment + Service is the other way
+to run the variant (plain ``turnout serve`` pods): apply one of the two.
 """
 
 from __future__ import annotations
@@ -46,12 +49,14 @@ from deploy.render.common import (
     work_dir,
     yaml_documents,
 )
-from deploy.render.ray_serve import serve_config
+from deploy.render.ray_serve import GATEWAY_REPLICAS, engine_in_ray, serve_config
 from deploy.render.trtllm import serve_options
 from deploy.render.vllm import SERVER_MODULE, environment, server_args
 from deploy.spec import VariantSpec
 
 TRTLLM_CONFIG_DIR = "/etc/turnout"
+STORE_SECRET = "turnout-store"  # key ``url``: the route store every gateway replica shares
+GATEWAY_POD_RESOURCES = {"cpu": "2", "memory": "4Gi"}
 
 
 def _metadata(spec: VariantSpec, name: str, component: str) -> dict[str, Any]:
@@ -173,6 +178,46 @@ def _worker_start_params(spec: VariantSpec) -> dict[str, str]:
     return {}
 
 
+def _gateway_group(spec: VariantSpec) -> dict[str, Any]:
+    store = {"secretKeyRef": {"name": STORE_SECRET, "key": "url"}}
+    container = {
+        "name": "ray-worker",
+        "image": ray_image("cpu"),
+        "env": [{"name": "TURNOUT_STORE_URL", "valueFrom": store}],
+        "resources": {"requests": dict(GATEWAY_POD_RESOURCES), "limits": dict(GATEWAY_POD_RESOURCES)},
+    }
+    metadata = {"labels": labels(spec, "ray"), "annotations": variant_annotations(spec)}
+    return {
+        "groupName": "gateway",
+        "replicas": GATEWAY_REPLICAS,
+        "minReplicas": GATEWAY_REPLICAS,
+        "maxReplicas": GATEWAY_REPLICAS,
+        "numOfHosts": 1,
+        "rayStartParams": {},
+        "template": {"metadata": metadata, "spec": {"containers": [container]}},
+    }
+
+
+def _engine_group(spec: VariantSpec) -> dict[str, Any]:
+    worker = {
+        "name": "ray-worker",
+        "image": ray_image(spec.vendor),
+        "env": pods.hub_env(spec),
+        "resources": pods.resources(spec),
+        "volumeMounts": pods.volume_mounts(),
+    }
+    scaling = spec.autoscaling
+    return {
+        "groupName": "engine",
+        "replicas": spec.replicas,
+        "minReplicas": scaling.min_replicas if scaling else spec.replicas,
+        "maxReplicas": scaling.max_replicas if scaling else spec.replicas,
+        "numOfHosts": 1,
+        "rayStartParams": _worker_start_params(spec),
+        "template": _ray_pod(spec, worker, worker=True),
+    }
+
+
 def ray_service(spec: VariantSpec) -> dict[str, Any]:
     head = {
         "name": "ray-head",
@@ -184,31 +229,17 @@ def ray_service(spec: VariantSpec) -> dict[str, Any]:
         "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
         "volumeMounts": [{"name": "models", "mountPath": MODELS_MOUNT}],
     }  # fmt: skip
-    worker = {
-        "name": "ray-worker",
-        "image": ray_image(spec.vendor),
-        "env": pods.hub_env(spec),
-        "resources": pods.resources(spec),
-        "volumeMounts": pods.volume_mounts(),
-    }
-    scaling = spec.autoscaling
-    group = {
-        "groupName": "engine",
-        "replicas": spec.replicas,
-        "minReplicas": scaling.min_replicas if scaling else spec.replicas,
-        "maxReplicas": scaling.max_replicas if scaling else spec.replicas,
-        "numOfHosts": 1,
-        "rayStartParams": _worker_start_params(spec),
-        "template": _ray_pod(spec, worker, worker=True),
-    }
+    groups = [_gateway_group(spec)]
     cluster: dict[str, Any] = {"rayVersion": RAY_VERSION}
-    if scaling is not None:
-        cluster["enableInTreeAutoscaling"] = True
+    if engine_in_ray(spec):
+        groups.append(_engine_group(spec))
+        if spec.autoscaling is not None:
+            cluster["enableInTreeAutoscaling"] = True
     cluster["headGroupSpec"] = {
         "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
         "template": _ray_pod(spec, head, worker=False),
     }
-    cluster["workerGroupSpecs"] = [group]
+    cluster["workerGroupSpecs"] = groups
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",

@@ -2,12 +2,23 @@
 
 Off the request path (``turnout deploy render --target ray`` writes ``ray/serve_config.yaml``).
 One application, named after the spec, built by ``serving.ray_app:build_app`` with ``args``:
-``variant_id`` (the spec's id), ``variant`` (the spec as written, defaults left out) and
-``model_source`` (where the engine loads the model: ``deploy.render.common.model_source``).
-Two deployments, whose names that builder must use:
+``variant_id`` (the spec's id), ``variant`` (the spec as written, defaults left out),
+``gateway_replicas`` and, by engine:
 
-- ``TurnoutGateway``: the HTTP ingress, one replica, ``num_cpus: 1``.
-- ``TurnoutEngine``: the engine replicas. ``num_replicas`` = ``replicas``, or with
+- ``onnxruntime-genai`` (the embedded engine): ``model_source`` (where the engine replicas load
+  the model: ``deploy.render.common.model_source``). The engine runs inside Ray, one engine per
+  replica of the ``TurnoutEngine`` deployment.
+- every other engine (vLLM, ``trtllm-serve``, Triton) runs as its own server, as everywhere in
+  Turnout: ``engine_url`` is where the gateway replicas reach it, by default the in-cluster
+  Service that ``--target k8s`` renders next to the RayService (``http://<name>:8000``, plus
+  ``/v1`` for the OpenAI servers). Edit it to point at the engine's server elsewhere.
+
+Deployments, whose names that builder uses:
+
+- ``TurnoutGateway``: the HTTP ingress, ``gateway_replicas`` (2) replicas, ``num_cpus: 1``.
+- ``TurnoutRateCounter``: one replica, ``num_cpus: 0``: the per-key rate limits every gateway
+  replica shares (``serving.ratelimit_shared``).
+- ``TurnoutEngine`` (embedded engine only): ``num_replicas`` = ``replicas``, or with
   ``autoscaling`` an ``autoscaling_config`` (``min_replicas``, ``max_replicas``,
   ``initial_replicas`` = ``replicas``, ``target_ongoing_requests``) and ``max_ongoing_requests``
   = ``max_num_seqs`` (more would only queue inside the engine). ``ray_actor_options``: GPUs
@@ -15,6 +26,8 @@ Two deployments, whose names that builder must use:
   resource ``TPU`` = ``device_count``; CPU engines none. ``num_cpus``: 1 per device, 4 for a
   CPU engine (its ONNX Runtime threads need cores; Ray only counts them).
 
+Every gateway replica reads the route store named by ``TURNOUT_STORE_URL`` in its environment
+(PostgreSQL across nodes; the RayService sets it from the ``turnout-store`` Secret).
 ``http_options``: host 0.0.0.0, port 8000; ``proxy_location: EveryNode``.
 """
 
@@ -28,6 +41,22 @@ from deploy.spec import VariantSpec
 IMPORT_PATH = "serving.ray_app:build_app"
 GATEWAY_DEPLOYMENT = "TurnoutGateway"
 ENGINE_DEPLOYMENT = "TurnoutEngine"
+COUNTER_DEPLOYMENT = "TurnoutRateCounter"
+GATEWAY_REPLICAS = 2  # two, so one can die or roll without an outage
+GATEWAY_CPUS = 1
+EMBEDDED_ENGINE = "onnxruntime-genai"
+OPENAI_ENGINES = ("vllm", "trtllm")
+
+
+def engine_in_ray(spec: VariantSpec) -> bool:
+    """True when the spec's engine runs inside the Ray application (the embedded engine)."""
+    return spec.engine == EMBEDDED_ENGINE
+
+
+def engine_url(spec: VariantSpec) -> str:
+    """Where the gateway reaches a separately served engine: the Service ``--target k8s`` renders."""
+    base = f"http://{spec.name}:{HTTP_PORT}"
+    return f"{base}/v1" if spec.engine in OPENAI_ENGINES else base
 
 
 def actor_options(spec: VariantSpec) -> dict[str, Any]:
@@ -59,9 +88,36 @@ def engine_deployment(spec: VariantSpec) -> dict[str, Any]:
     return deployment
 
 
+def app_args(spec: VariantSpec, *, container: bool = False) -> dict[str, Any]:
+    """``build_app``'s arguments for ``spec``."""
+    args: dict[str, Any] = {
+        "variant_id": spec.id,
+        "variant": spec.model_dump(mode="json", exclude_defaults=True),
+        "gateway_replicas": GATEWAY_REPLICAS,
+    }
+    if engine_in_ray(spec):
+        args["model_source"] = model_source(spec, container=container)
+    else:
+        args["engine_url"] = engine_url(spec)
+    return args
+
+
+def deployments(spec: VariantSpec) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = [
+        {
+            "name": GATEWAY_DEPLOYMENT,
+            "num_replicas": GATEWAY_REPLICAS,
+            "ray_actor_options": {"num_cpus": GATEWAY_CPUS},
+        },
+        {"name": COUNTER_DEPLOYMENT, "num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
+    ]
+    if engine_in_ray(spec):
+        found.append(engine_deployment(spec))
+    return found
+
+
 def serve_config(spec: VariantSpec, *, container: bool = False) -> dict[str, Any]:
     """The Ray Serve config (``ServeDeploySchema`` shape); ``container`` picks in-container paths."""
-    variant = spec.model_dump(mode="json", exclude_defaults=True)
     return {
         "proxy_location": "EveryNode",
         "http_options": {"host": "0.0.0.0", "port": HTTP_PORT},
@@ -70,15 +126,8 @@ def serve_config(spec: VariantSpec, *, container: bool = False) -> dict[str, Any
                 "name": spec.name,
                 "route_prefix": "/",
                 "import_path": IMPORT_PATH,
-                "args": {
-                    "variant_id": spec.id,
-                    "variant": variant,
-                    "model_source": model_source(spec, container=container),
-                },
-                "deployments": [
-                    {"name": GATEWAY_DEPLOYMENT, "num_replicas": 1, "ray_actor_options": {"num_cpus": 1}},
-                    engine_deployment(spec),
-                ],
+                "args": app_args(spec, container=container),
+                "deployments": deployments(spec),
             }
         ],
     }

@@ -25,8 +25,10 @@ class CountingCounter:
         self.local = LocalLimiter(clock)
         self.down = False
         self.slow = False
+        self.asked = 0
 
     async def admit(self, key: str, rpm: int | None, tpm: int | None) -> float | None:
+        self.asked += 1
         if self.down:
             raise ConnectionError("counter replica gone")
         if self.slow:
@@ -83,3 +85,29 @@ async def test_charges_reach_the_counter() -> None:
     limiter.charge("k", 150, 100)
     await asyncio.sleep(0.01)
     assert await limiter.admit("k", None, 100) is not None  # the budget went below zero
+
+
+async def test_after_a_miss_the_counter_is_left_alone_for_retry_s_then_asked_again() -> None:
+    clock = Clock()
+    counter = CountingCounter(clock)
+    counter.down = True
+    missed: list[int] = []
+    limiter = SharedLimiter(counter, 2, lambda: missed.append(1), retry_s=2.0, clock=clock)
+    for _ in range(5):
+        await limiter.admit("k", 100, None)
+    assert counter.asked == 1 and len(missed) == 5  # one timeout paid, every local decision counted
+    assert limiter.counter_down()
+    counter.down = False
+    clock.now += 2.0
+    assert await limiter.admit("k", 100, None) is None
+    assert counter.asked == 2 and len(missed) == 5 and not limiter.counter_down()
+
+
+async def test_charges_while_the_counter_is_down_go_to_the_local_share() -> None:
+    clock = Clock()
+    counter = CountingCounter(clock)
+    counter.down = True
+    limiter = SharedLimiter(counter, 2, lambda: None, clock=clock)
+    assert await limiter.admit("k", None, 100) is None  # the miss: local share of 50 tokens
+    limiter.charge("k", 60, 100)
+    assert await limiter.admit("k", None, 100) is not None  # 50 - 60 < 0: over the local share

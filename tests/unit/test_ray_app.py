@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("ray", reason="Ray Serve is not installed: pip install 'turnout[ray]'")
 
+from backends.settings import BatchingSettings, EmbeddedSettings
 from deploy.render.ray_serve import serve_config
-from deploy.spec import load_spec
+from deploy.spec import AutoscalingSpec, load_spec
 from serving import ray_app
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "deploy" / "examples"
+SPECS = REPO / "tests" / "golden" / "render" / "_specs"
 
 
-def _deployment_names(app: object) -> set[str]:
-    """Names of the deployments bound into ``app`` (the ingress and everything it holds)."""
-    found: set[str] = set()
+def _bound(app: Any) -> dict[str, Any]:
+    """Every deployment bound into ``app`` (the ingress and everything it holds), by name."""
+    found: dict[str, Any] = {}
     pending = [app]
     while pending:
         node = pending.pop()
@@ -28,22 +32,54 @@ def _deployment_names(app: object) -> set[str]:
             elif isinstance(node, list | tuple):
                 pending.extend(node)
             continue
-        found.add(bound.name)
+        found[bound.name] = node
         pending.extend(bound.init_args)
         pending.extend(bound.init_kwargs.values())
     return found
 
 
-def test_the_rendered_config_builds_with_the_deployment_names_it_configures() -> None:
-    spec = load_spec(EXAMPLES / "tiny-cpu.yaml")
-    application = serve_config(spec)["applications"][0]
-    app = ray_app.build_app(application["args"])
-    assert {d["name"] for d in application["deployments"]} <= _deployment_names(app)
+def _application(path: Path) -> dict[str, Any]:
+    application: dict[str, Any] = serve_config(load_spec(path))["applications"][0]
+    return application
+
+
+def test_the_rendered_embedded_config_builds_the_deployments_it_configures() -> None:
+    application = _application(EXAMPLES / "tiny-cpu.yaml")
+    bound = _bound(ray_app.build_app(application["args"]))
+    assert {d["name"] for d in application["deployments"]} == set(bound)
+    gateway = bound["TurnoutGateway"]._bound_deployment
+    assert gateway.num_replicas == application["args"]["gateway_replicas"] == 2
+
+
+def test_a_rendered_remote_engine_is_reached_at_its_engine_url() -> None:
+    application = _application(SPECS / "tiny-cpu-vllm.yaml")
+    assert application["args"]["engine_url"] == "http://tiny-cpu-vllm:8000/v1"
+    bound = _bound(ray_app.build_app(application["args"]))
+    assert set(bound) == {"TurnoutGateway", "TurnoutRateCounter"}  # the engine is its own server
+    config = bound["TurnoutGateway"]._bound_deployment.init_args[0]
+    (variant,) = config["variants"].values()
+    assert variant["kind"] == "openai_http" and variant["base_url"] == "http://tiny-cpu-vllm:8000/v1"
+    assert variant["preset"] == "vllm-cpu" and variant["model"] == "turnout-tiny"
+    assert list(config["routes"]) == ["turnout-tiny"]
+    assert "store" not in config  # each replica reads TURNOUT_STORE_URL where it runs
+
+
+def test_a_rendered_triton_engine_gets_the_triton_adapter() -> None:
+    args = _application(SPECS / "llama3-8b-triton-vllm-a100.yaml")["args"]
+    config = _bound(ray_app.build_app(args))["TurnoutGateway"]._bound_deployment.init_args[0]
+    (variant,) = config["variants"].values()
+    assert variant["kind"] == "triton" and variant["url"] == "http://llama3-8b-triton-vllm:8000/"
+
+
+def test_a_remote_engine_without_an_engine_url_is_refused_with_what_to_do() -> None:
+    args = dict(_application(EXAMPLES / "llama3-8b-h100-fp8kv.yaml")["args"])
+    del args["engine_url"]
+    with pytest.raises(ValueError, match="engine_url must say where"):
+        ray_app.build_app(args)
 
 
 def test_a_gateway_config_gets_one_engine_deployment_per_embedded_variant() -> None:
-    app = ray_app.build_app({"gateway_replicas": 2})
-    assert _deployment_names(app) == {
+    assert set(_bound(ray_app.build_app({"gateway_replicas": 2}))) == {
         "TurnoutGateway",
         "TurnoutRateCounter",
         "TurnoutEngine-turnout-tiny",
@@ -52,13 +88,24 @@ def test_a_gateway_config_gets_one_engine_deployment_per_embedded_variant() -> N
     }
 
 
-def test_a_gpu_engine_spec_is_refused_with_what_to_do_instead() -> None:
-    spec = load_spec(EXAMPLES / "llama3-8b-h100-fp8kv.yaml")
-    with pytest.raises(ValueError, match="runs as its own server"):
-        ray_app.build_app(serve_config(spec)["applications"][0]["args"])
-
-
 def test_a_wrong_variant_id_is_refused() -> None:
-    args = serve_config(load_spec(EXAMPLES / "tiny-cpu.yaml"))["applications"][0]["args"]
+    args = _application(EXAMPLES / "tiny-cpu.yaml")["args"]
     with pytest.raises(ValueError, match="does not match"):
         ray_app.build_app({**args, "variant_id": "000000000000"})
+
+
+def test_engine_replicas_autoscale_by_default_and_follow_the_spec() -> None:
+    settings = EmbeddedSettings(batching=BatchingSettings(max_batch_size=8, max_queue_size=64))
+    assert ray_app.engine_options(None, settings) == {
+        "max_ongoing_requests": 64,
+        "autoscaling_config": {
+            "min_replicas": 1, "initial_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 8.0,
+        },
+    }  # fmt: skip
+    fixed = load_spec(EXAMPLES / "tiny-cpu.yaml")
+    assert ray_app.engine_options(fixed, settings) == {"max_ongoing_requests": 64, "num_replicas": 1}
+    scaling = AutoscalingSpec(min_replicas=1, max_replicas=3, target_ongoing_requests=4)
+    scaled = fixed.model_copy(update={"replicas": 2, "autoscaling": scaling})
+    assert ray_app.engine_options(scaled, settings)["autoscaling_config"] == {
+        "min_replicas": 1, "initial_replicas": 2, "max_replicas": 3, "target_ongoing_requests": 4.0,
+    }  # fmt: skip

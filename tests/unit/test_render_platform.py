@@ -8,7 +8,9 @@ from typing import Any
 import yaml
 
 from deploy.render import render
-from deploy.spec import load_spec
+from deploy.render.k8s import ray_service
+from deploy.render.ray_serve import actor_options, serve_config
+from deploy.spec import AutoscalingSpec, VariantSpec, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deploy" / "examples"
@@ -31,30 +33,39 @@ def deployments(config: dict[str, Any]) -> dict[str, Any]:
     return {d["name"]: d for d in config["applications"][0]["deployments"]}
 
 
-def test_ray_fixed_replicas_on_gpus() -> None:
+def test_ray_gpu_engines_run_as_their_own_servers() -> None:
     config = ray_config(EXAMPLES / "llama3-70b-mi300x-tp2.yaml")
     app = config["applications"][0]
     assert app["import_path"] == "serving.ray_app:build_app"
     assert app["args"]["variant_id"] == load_spec(EXAMPLES / "llama3-70b-mi300x-tp2.yaml").id
-    engine = deployments(config)["TurnoutEngine"]
-    assert engine["num_replicas"] == 1 and "autoscaling_config" not in engine
-    assert engine["ray_actor_options"] == {"num_cpus": 2, "num_gpus": 2}
+    assert app["args"]["engine_url"] == "http://llama3-70b-mi300x-tp2:8000/v1"  # the rendered Service
+    assert set(deployments(config)) == {"TurnoutGateway", "TurnoutRateCounter"}
+    assert deployments(config)["TurnoutGateway"]["num_replicas"] == app["args"]["gateway_replicas"] == 2
     assert config["http_options"] == {"host": "0.0.0.0", "port": 8000}
 
 
-def test_ray_autoscaling_from_the_spec() -> None:
-    engine = deployments(ray_config(EXAMPLES / "llama3-8b-h100-fp8kv.yaml"))["TurnoutEngine"]
+def _autoscaled_tiny() -> VariantSpec:
+    scaling = AutoscalingSpec(min_replicas=1, max_replicas=4, target_ongoing_requests=8)
+    return load_spec(EXAMPLES / "tiny-cpu.yaml").model_copy(update={"replicas": 2, "autoscaling": scaling})
+
+
+def test_ray_embedded_engine_replicas_and_autoscaling_from_the_spec() -> None:
+    fixed = deployments(ray_config(EXAMPLES / "tiny-cpu.yaml"))["TurnoutEngine"]
+    assert fixed["num_replicas"] == 1 and "autoscaling_config" not in fixed
+    assert fixed["ray_actor_options"] == {"num_cpus": 4} and fixed["max_ongoing_requests"] == 16
+    engine = next(d for d in serve_config(_autoscaled_tiny())["applications"][0]["deployments"]
+                  if d["name"] == "TurnoutEngine")  # fmt: skip
     assert engine["autoscaling_config"] == {
-        "min_replicas": 1, "initial_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 64.0,
+        "min_replicas": 1, "initial_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 8.0,
     }  # fmt: skip
-    assert "num_replicas" not in engine and engine["max_ongoing_requests"] == 256
+    assert "num_replicas" not in engine
 
 
-def test_ray_tpu_and_cpu_resources() -> None:
-    tpu = deployments(ray_config(EXAMPLES / "llama3-8b-tpu-v5e.yaml"))["TurnoutEngine"]
-    assert tpu["ray_actor_options"] == {"num_cpus": 4, "resources": {"TPU": 4}}
-    cpu = deployments(ray_config(EXAMPLES / "tiny-cpu.yaml"))["TurnoutEngine"]
-    assert cpu["ray_actor_options"] == {"num_cpus": 4}
+def test_ray_engine_actor_options_per_vendor() -> None:
+    tpu = {"num_cpus": 4, "resources": {"TPU": 4}}
+    assert actor_options(load_spec(EXAMPLES / "llama3-8b-tpu-v5e.yaml")) == tpu
+    assert actor_options(load_spec(EXAMPLES / "llama3-70b-mi300x-tp2.yaml")) == {"num_cpus": 2, "num_gpus": 2}
+    assert actor_options(load_spec(EXAMPLES / "tiny-cpu.yaml")) == {"num_cpus": 4}
 
 
 def test_ray_args_carry_the_spec_as_written() -> None:
@@ -94,9 +105,8 @@ def test_tpu_selectors_and_resource() -> None:
         "cloud.google.com/gke-tpu-topology": "2x2",
     }
     assert pod["containers"][0]["resources"]["requests"]["google.com/tpu"] == "4"
-    group = objects["rayservice"]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
-    assert group["template"]["spec"]["nodeSelector"] == pod["nodeSelector"]
-    assert group["rayStartParams"] == {"resources": '"{\\"TPU\\": 4}"'}
+    groups = objects["rayservice"]["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    assert [g["groupName"] for g in groups] == ["gateway"]  # the TPUs are the engine Deployment's
 
 
 def test_rayservice_embeds_the_serve_config_and_scales() -> None:
@@ -106,12 +116,18 @@ def test_rayservice_embeds_the_serve_config_and_scales() -> None:
     embedded = yaml.safe_load(service["spec"]["serveConfigV2"])
     assert embedded["applications"][0]["import_path"] == "serving.ray_app:build_app"
     cluster = service["spec"]["rayClusterConfig"]
-    assert cluster["enableInTreeAutoscaling"] is True
-    group = cluster["workerGroupSpecs"][0]
-    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 1, 4)
-    assert group["rayStartParams"] == {"num-gpus": "1"}
-    assert group["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    (gateway,) = cluster["workerGroupSpecs"]  # vLLM runs from the Deployment, reached by its Service
+    assert (gateway["groupName"], gateway["replicas"]) == ("gateway", 2)
+    (env,) = gateway["template"]["spec"]["containers"][0]["env"]
+    assert env["name"] == "TURNOUT_STORE_URL" and env["valueFrom"]["secretKeyRef"]["name"] == "turnout-store"
+    assert "enableInTreeAutoscaling" not in cluster
+    scaled = ray_service(_autoscaled_tiny())["spec"]["rayClusterConfig"]
+    engine = scaled["workerGroupSpecs"][1]
+    assert (engine["groupName"], engine["replicas"], engine["minReplicas"], engine["maxReplicas"]) == (
+        "engine", 2, 1, 4,
+    )  # fmt: skip
+    assert scaled["enableInTreeAutoscaling"] is True
 
 
 def test_engines_without_devices_or_with_triton() -> None:
