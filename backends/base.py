@@ -42,6 +42,9 @@ class GenerateRequest:
     params: SamplingParams
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
+    # A prompt sent as token ids (``/v1/completions`` with ``"prompt": [1, 22, ...]``), used as
+    # given (no BOS added, as vLLM does); ``prompt`` is then None.
+    prompt_ids: list[int] | None = None
     # Unknown OpenAI fields, passed through to backends that understand them.
     extra: dict[str, Any] = field(default_factory=dict)
     request_id: str = ""
@@ -71,6 +74,8 @@ class Chunk:
     text: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
+    # This chunk's choices[0].logprobs as the OpenAI API shapes it (its tokens only), when asked for.
+    logprobs: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -78,7 +83,7 @@ class Completion:
     text: str
     finish_reason: str
     usage: Usage
-    # choices[0].logprobs as the OpenAI API shapes it (prompt logprobs with echo), when asked for.
+    # choices[0].logprobs as the OpenAI API shapes it (prompt tokens first with echo), when asked for.
     logprobs: dict[str, Any] | None = None
 
 

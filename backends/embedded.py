@@ -5,6 +5,11 @@ the chat template, tokenizes, checks the context budget and submits a sequence t
 dynamic batcher; the worker thread (``backends.ortgenai_runner``) decodes and hands
 text back through ``call_soon_threadsafe``. When the consumer goes away (client
 disconnect) the sequence is cancelled and leaves its batch at the next step.
+
+Logprobs (``backends.logprobs``): a request that asks for them gets a
+:class:`ScoredSequence`, whose tokens the worker scores from the logits it sampled from;
+``echo`` puts the prompt (and its tokens' logprobs, from the same prompt pass) first.
+``echo`` with ``max_tokens: 0`` only scores the prompt, in one forward pass outside the batcher.
 """
 
 from __future__ import annotations
@@ -19,9 +24,16 @@ import numpy as np
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
 from backends.chat_template import ChatTemplate
 from backends.dynamic_batcher import DynamicBatcher
-from backends.logprobs import MAX_LOGPROBS, prompt_logprobs
-from backends.openai_fields import check_extra
-from backends.ortgenai_runner import Event, GenAIModel, Sequence
+from backends.logprobs import (
+    CompletionLogprobs,
+    TokenScore,
+    chat_content,
+    merge_logprobs,
+    prompt_scores,
+    without_leading,
+)
+from backends.openai_fields import LogprobOptions, check_extra, logprob_options
+from backends.ortgenai_runner import Event, GenAIModel, ScoredSequence, Sequence
 from backends.settings import EmbeddedSettings
 from serving.errors import BackendError, ClientError
 
@@ -95,11 +107,21 @@ class EmbeddedBackend:
     # ---- request path --------------------------------------------------------------
 
     def encode_prompt(self, request: GenerateRequest) -> np.ndarray:
+        """The token ids the model reads: a text prompt gets BOS first, a token-id prompt is as sent."""
         model = self._loaded()
         if request.kind == "chat":
             if self._template is None:
                 raise ClientError("this model has no chat template; use /v1/completions", param="messages")
             return model.encode(self._template.render(request.messages or []))
+        if request.prompt_ids is not None:
+            ids = request.prompt_ids
+            if not ids or min(ids) < 0 or max(ids) >= model.vocab_size:
+                raise ClientError(
+                    f"a token-id prompt needs at least one id, each from 0 to {model.vocab_size - 1}",
+                    param="prompt",
+                    code="invalid_value",
+                )
+            return np.asarray(ids, dtype=np.int32)
         prompt = model.encode(request.prompt or "")
         return np.concatenate([np.array([model.bos_id], dtype=np.int32), prompt])
 
@@ -120,81 +142,94 @@ class EmbeddedBackend:
             )
         return requested
 
+    def _echo_text(self, request: GenerateRequest) -> str:
+        if request.prompt_ids is None:
+            return request.prompt or ""
+        return self._loaded().token_table.text(request.prompt_ids)
+
+    def _client_tokens(self, request: GenerateRequest, scores: list[TokenScore]) -> list[TokenScore]:
+        """The prompt's scores over the tokens the client sent (not the BOS added to a text prompt)."""
+        return scores if request.prompt_ids is not None else without_leading(scores)
+
+    def _writer(self, request: GenerateRequest, options: LogprobOptions) -> Any:
+        """Scores → this request's logprobs shape (chat ``content`` or the legacy lists)."""
+        table = self._loaded().token_table
+        if request.kind == "chat":
+            top = options.top or 0
+            return lambda scores: chat_content(scores, table, top)
+        return CompletionLogprobs(table).block
+
+    async def _score_prompt(
+        self, request: GenerateRequest, ids: np.ndarray, options: LogprobOptions
+    ) -> Chunk:
+        """``echo`` with ``max_tokens: 0``: the prompt back, with its tokens' logprobs if asked."""
+        model = self._loaded()
+        usage = Usage(prompt_tokens=len(ids), completion_tokens=0)
+        text = self._echo_text(request)
+        if options.top is None:
+            return Chunk(text, "length", usage)
+        top = options.top
+        scores = await asyncio.to_thread(lambda: prompt_scores(model.prompt_logits(ids), ids.tolist(), top))
+        block = self._writer(request, options)(self._client_tokens(request, scores))
+        return Chunk(text, "length", usage, logprobs=block)
+
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        check_extra(request.extra, "the embedded engine")
+        options, extra = logprob_options(request.kind, request.extra)
+        check_extra(extra, "the embedded engine")
         batcher = self._batcher
         if batcher is None:
             raise BackendError(f"variant '{self.name}' is not started")
         prompt = self.encode_prompt(request)
         max_new = self._max_new_tokens(request, len(prompt))
+        if options.echo and max_new == 0:
+            yield await self._score_prompt(request, prompt, options)
+            return
         params = request.params
         if params.temperature is None:
             params = replace(params, temperature=self._loaded().default_temperature)
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[Event] = asyncio.Queue()
-        seq = Sequence(
-            prompt_ids=prompt,
-            params=params,
-            max_new_tokens=max_new,
-            loop=loop,
-            receive=inbox.put_nowait,
-        )
+        seq: Sequence
+        write = None
+        if options.top is None:
+            seq = Sequence(prompt, params, max_new, loop, inbox.put_nowait)
+        else:
+            seq = ScoredSequence(prompt, params, max_new, loop, inbox.put_nowait, top=options.top)
+            seq.score_prompt = options.echo
+            write = self._writer(request, options)
+        echo = self._echo_text(request) if options.echo else None
         batcher.submit(seq)
         try:
             while True:
                 text, finish, generated = await inbox.get()
+                logprobs = None
+                if write is not None:
+                    assert isinstance(seq, ScoredSequence)
+                    scores = seq.scores.popleft()
+                    if echo is not None:
+                        scores = self._client_tokens(request, seq.prompt_scores or []) + scores
+                    logprobs = write(scores)
+                if echo is not None:
+                    text, echo = echo + text, None
                 if finish is None:
-                    yield Chunk(text=text)
+                    yield Chunk(text=text, logprobs=logprobs)
                     continue
                 if finish == "error":
                     raise BackendError(f"the embedded engine failed while generating on '{self.name}'")
                 usage = Usage(prompt_tokens=len(prompt), completion_tokens=generated)
-                yield Chunk(text=text, finish_reason=finish, usage=usage)
+                yield Chunk(text=text, finish_reason=finish, usage=usage, logprobs=logprobs)
                 return
         finally:
             seq.cancel_requested = True
 
-    async def _score(self, request: GenerateRequest) -> Completion:
-        """``echo`` with ``max_tokens`` 0 or 1: the prompt back (plus the greedy next token),
-        with every token's logprob when asked (lm-evaluation-harness's loglikelihood request)."""
-        extra = dict(request.extra)
-        extra.pop("echo")
-        top = extra.pop("logprobs", None)
-        check_extra(extra, "the embedded engine")
-        new_tokens = request.params.max_tokens
-        if new_tokens not in (0, 1) or (new_tokens == 1 and not request.params.greedy):
-            raise ClientError(
-                "echo is supported by the embedded engine with max_tokens 0 (score the prompt) or 1 "
-                "at temperature 0 (score it and add the greedy next token)",
-                param="max_tokens",
-                code="unsupported_value",
-            )
-        valid = isinstance(top, int) and not isinstance(top, bool) and 0 <= top <= MAX_LOGPROBS
-        if top is not None and not valid:
-            raise ClientError(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}", param="logprobs")
-        model = self._loaded()
-        ids = self.encode_prompt(request)
-        self._max_new_tokens(request, len(ids))  # the context-length check
-        prompt = request.prompt or ""
-        usage = Usage(prompt_tokens=len(ids), completion_tokens=new_tokens)
-        if top is None and new_tokens == 0:
-            return Completion(prompt, "length", usage)
-        logits = await asyncio.to_thread(model.prompt_logits, ids)
-        scored = ids[1:].tolist()
-        if new_tokens == 1:
-            scored.append(int(np.argmax(logits[-1])))
-        else:
-            logits = logits[:-1]
-        text = prompt + (model.decode_token(scored[-1]) if new_tokens else "")
-        block = prompt_logprobs(logits, scored, top or 0, model.decode_token) if top is not None else None
-        return Completion(text, "length", usage, logprobs=block)
-
     async def complete(self, request: GenerateRequest) -> Completion:
-        if request.kind == "completion" and request.extra.get("echo") is True:
-            return await self._score(request)
         parts: list[str] = []
+        logprobs: dict[str, Any] | None = None
         async for chunk in self.stream(request):
             parts.append(chunk.text)
+            if chunk.logprobs is not None:
+                logprobs = merge_logprobs(logprobs, chunk.logprobs)
             if chunk.finish_reason is not None:
-                return Completion("".join(parts), chunk.finish_reason, chunk.usage or Usage())
+                usage = chunk.usage or Usage()
+                return Completion("".join(parts), chunk.finish_reason, usage, logprobs=logprobs)
         raise BackendError(f"the embedded engine ended without a finish on '{self.name}'")

@@ -10,8 +10,10 @@ change the answer, the ones at their neutral value, and the ones its engine can 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
+from backends.logprobs import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 from serving.errors import ClientError
 
 # Accepted and ignored everywhere: they do not change what is generated.
@@ -41,7 +43,7 @@ def check_extra(extra: dict[str, Any], engine: str, mapped: Collection[str] = ()
         if name in IGNORED_FIELDS:
             continue
         neutral = NEUTRAL_VALUES.get(name)
-        if neutral is not None and value in neutral:
+        if neutral is not None and _is_neutral(value, neutral):
             continue
         if name in mapped:
             passed[name] = value
@@ -52,3 +54,61 @@ def check_extra(extra: dict[str, Any], engine: str, mapped: Collection[str] = ()
             )
         raise ClientError(f"'{name}' is not supported by {engine}", param=name, code="unsupported_value")
     return passed
+
+
+def _is_neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
+    """Equal to a neutral value of the same kind: ``logprobs: 0`` (ask for the sampled token's
+    logprob) is not ``logprobs: false``, although ``0 == False`` in Python."""
+    return any(value == n and isinstance(value, bool) == isinstance(n, bool) for n in neutral)
+
+
+@dataclass(frozen=True, slots=True)
+class LogprobOptions:
+    """What a request asks for: ``top`` alternatives per token (None: no logprobs) and ``echo``."""
+
+    top: int | None = None
+    echo: bool = False
+
+
+def _integer(extra: dict[str, Any], name: str, high: int) -> int | None:
+    value = extra.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+        raise ClientError(
+            f"{name} must be an integer from 0 to {high}, got {value!r}", param=name, code="invalid_value"
+        )
+    return value
+
+
+def _flag(extra: dict[str, Any], name: str) -> bool:
+    value = extra.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise ClientError(f"{name} must be true or false, got {value!r}", param=name, code="invalid_value")
+    return value is True
+
+
+def logprob_options(kind: str, extra: dict[str, Any]) -> tuple[LogprobOptions, dict[str, Any]]:
+    """Validate the logprob fields of ``extra`` and take them out; returns them and the rest.
+
+    ``/v1/completions``: ``logprobs`` 0..5 (alternatives per token), ``echo`` (the prompt, and
+    its tokens' logprobs, come first). ``/v1/chat/completions``: ``logprobs`` true/false and
+    ``top_logprobs`` 0..20, which needs ``logprobs: true`` (as OpenAI and vLLM say). Bad values
+    are a 400 naming the field.
+    """
+    rest = dict(extra)
+    if kind == "chat":
+        wanted = _flag(extra, "logprobs")
+        top = _integer(extra, "top_logprobs", MAX_TOP_LOGPROBS)
+        if top is not None and not wanted:
+            raise ClientError(
+                "top_logprobs needs logprobs set to true", param="top_logprobs", code="invalid_value"
+            )
+        rest.pop("logprobs", None)
+        rest.pop("top_logprobs", None)
+        return LogprobOptions(top=(top or 0) if wanted else None), rest
+    top = _integer(extra, "logprobs", MAX_COMPLETION_LOGPROBS)
+    echo = _flag(extra, "echo")
+    rest.pop("logprobs", None)
+    rest.pop("echo", None)
+    return LogprobOptions(top=top, echo=echo), rest

@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
+from backends.logprobs import merge_logprobs
 from backends.settings import OpenAIHttpSettings
 from serving.errors import (
     BackendError,
@@ -185,6 +186,8 @@ class OpenAIHttpBackend:
         body["model"] = self.settings.model
         if request.kind == "chat":
             body["messages"] = request.messages or []
+        elif request.prompt_ids is not None:
+            body["prompt"] = request.prompt_ids
         else:
             body["prompt"] = request.prompt or ""
         p = request.params
@@ -272,6 +275,7 @@ class OpenAIHttpBackend:
                     last.text += chunk.text
                     last.usage = chunk.usage or last.usage
                     last.finish_reason = chunk.finish_reason or last.finish_reason
+                    last.logprobs = merge_logprobs(last.logprobs, chunk.logprobs)
                 elif chunk.finish_reason is not None or chunk.usage is not None:
                     last = chunk
                 else:
@@ -294,11 +298,12 @@ class OpenAIHttpBackend:
             choice = choices[0]
             text = (choice["delta"].get("content") if chat else choice.get("text")) or ""
             finish = choice.get("finish_reason")
+            logprobs = choice.get("logprobs")  # passed on as the upstream shaped it
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
-        if not text and finish is None and usage is None:
+        if not text and finish is None and usage is None and not logprobs:
             return None  # role-only or empty delta: nothing to pass on
-        return Chunk(text, finish, usage)
+        return Chunk(text, finish, usage, logprobs if isinstance(logprobs, dict) else None)
 
 
 def _event_data(event: bytes) -> bytes | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from backends.base import SamplingParams
+from backends.logprobs import TokenScore, TokenTable, prompt_scores, score_rows, token_table
 from backends.stop_scanner import StopScanner
 
 try:
@@ -82,6 +84,28 @@ class Sequence:
             self.emit(self.scanner.flush(), reason, self.generated)
 
 
+@dataclass(slots=True)
+class ScoredSequence(Sequence):
+    """A :class:`Sequence` that also scores its tokens (the request asked for logprobs).
+
+    Each emitted event has its list of :class:`TokenScore` (the tokens decoded since the last
+    event, EOS included) in ``scores``, in event order: the consumer takes one list per event.
+    With ``score_prompt`` the prompt's tokens are scored from the same prompt pass and set in
+    ``prompt_scores`` before the first event. Plain sequences pay nothing for this.
+    """
+
+    top: int = 0
+    score_prompt: bool = False
+    pending: list[TokenScore] = field(default_factory=list)
+    scores: deque[list[TokenScore]] = field(default_factory=deque)
+    prompt_scores: list[TokenScore] | None = None
+
+    def emit(self, text: str, finish: str | None, generated: int) -> None:
+        self.scores.append(self.pending)
+        self.pending = []
+        Sequence.emit(self, text, finish, generated)  # (slots dataclasses cannot use bare super())
+
+
 def _receive_all(batches: list[tuple[Callable[[Event], None], list[Event]]]) -> None:
     for receive, events in batches:
         for event in events:
@@ -111,6 +135,7 @@ class GenAIModel:
         self.context_length = int(model_section["context_length"])
         self.bos_id = int(model_section["bos_token_id"])
         self.pad_id = int(model_section["pad_token_id"])
+        self.vocab_size = int(model_section["vocab_size"])
         eos = model_section["eos_token_id"]
         self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos])
         search = genai_config.get("search", {})
@@ -127,12 +152,22 @@ class GenAIModel:
         self.chat_template: str | None = tokenizer_config.get("chat_template")
         self.bos_token: str = tokenizer_config.get("bos_token", "")
         self.eos_token: str = tokenizer_config.get("eos_token", "")
+        self._token_table: TokenTable | None = None
 
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self.tokenizer.encode(text), dtype=np.int32)
 
     def decode_token(self, token: int) -> str:
         return str(self.tokenizer.decode(np.array([token], dtype=np.int32)))
+
+    @property
+    def token_table(self) -> TokenTable:
+        """Each token's string and bytes for logprobs (built on first use, on the event loop)."""
+        if self._token_table is None:
+            path = self.folder / "tokenizer.json"
+            tokenizer_json = json.loads(path.read_text()) if path.is_file() else {}
+            self._token_table = token_table(tokenizer_json, self.vocab_size, self.decode_token)
+        return self._token_table
 
     def prompt_logits(self, ids: np.ndarray) -> np.ndarray:
         """Raw logits at every position of ``ids`` (BOS first): shape (len(ids), vocab).
@@ -182,10 +217,15 @@ class GenAIModel:
             tokens[row, : len(seq.prompt_ids)] = seq.prompt_ids
             seq.decoder = self.tokenizer.create_stream()
         generator.append_tokens(tokens)
+        scored = [(row, seq) for row, seq in enumerate(live) if isinstance(seq, ScoredSequence)]
+        first_step = True
         remaining = len(live)
         while remaining and not generator.is_done():
             generator.generate_next_token()
             next_tokens = generator.get_next_tokens()
+            if scored:  # only batches with a logprobs request look at the logits
+                _score_step(np.asarray(generator.get_output("logits")), scored, next_tokens, first_step)
+            first_step = False
             for row, seq in enumerate(live):
                 if seq.finished:
                     continue
@@ -214,3 +254,29 @@ class GenAIModel:
             seq.finish("stop")
         elif seq.generated >= seq.max_new_tokens:
             seq.finish("length")
+
+
+def _score_step(
+    logits: np.ndarray, scored: list[tuple[int, ScoredSequence]], next_tokens: np.ndarray, first_step: bool
+) -> None:
+    """Score this step's tokens of the rows that asked (worker thread), all rows at once.
+
+    ``logits`` is what the generator sampled from: on the first step the prompt pass, shape
+    (batch, padded prompt, vocab), each row's distribution at its last prompt token (prompts
+    are right-padded, so a row's positions before its own length are exact); afterwards
+    (batch, 1, vocab).
+    """
+    live = [(row, seq) for row, seq in scored if not seq.finished]
+    if not live:
+        return
+    positions = [min(len(seq.prompt_ids), logits.shape[1]) - 1 for _, seq in live]
+    rows = [row for row, _ in live]
+    top = max(seq.top for _, seq in live)
+    step = score_rows(logits[rows, positions], [int(next_tokens[row]) for row in rows], top)
+    for (row, seq), score in zip(live, step, strict=True):
+        if first_step and seq.score_prompt:
+            prompt = seq.prompt_ids.tolist()
+            seq.prompt_scores = prompt_scores(logits[row, : len(prompt)], prompt, seq.top)
+        seq.pending.append(
+            score if seq.top == top else TokenScore(score.token, score.logprob, score.top[: seq.top])
+        )

@@ -93,6 +93,12 @@ class TritonBackend:
     # ---- request path --------------------------------------------------------------
 
     def prompt(self, request: GenerateRequest) -> str:
+        if request.prompt_ids is not None:
+            raise ClientError(
+                "token-id prompts are not supported by Triton variants; send text",
+                param="prompt",
+                code="unsupported_value",
+            )
         if request.kind != "chat":
             return request.prompt or ""
         if self._template is None:

@@ -7,14 +7,16 @@ backends that understand them), strict about the types of the fields we use, so 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from backends.base import GenerateRequest, SamplingParams
+from backends.base import GenerateRequest, RequestKind, SamplingParams
+from backends.openai_fields import logprob_options
 from serving.errors import ClientError
 
 _MAX_STOP_SEQUENCES = 4
+MAX_PROMPTS = 256  # prompts in one /v1/completions request (each becomes one choice)
 
 
 class WireModel(BaseModel):
@@ -55,6 +57,7 @@ class ChatMessage(WireModel):
 class SamplingFields(WireModel):
     """Fields shared by chat and text completions."""
 
+    kind: ClassVar[RequestKind]
     model: str
     max_tokens: int | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
@@ -85,6 +88,7 @@ class SamplingFields(WireModel):
             raise ClientError("stream_options is only allowed when stream is true", param="stream_options")
         if isinstance(self.stop, list) and len(self.stop) > _MAX_STOP_SEQUENCES:
             raise ClientError(f"at most {_MAX_STOP_SEQUENCES} stop sequences", param="stop")
+        logprob_options(self.kind, self.extra_fields())  # logprobs / top_logprobs / echo: a 400 naming it
 
     def effective_max_tokens(self) -> int | None:
         return self.max_tokens
@@ -113,11 +117,13 @@ class SamplingFields(WireModel):
     def extra_fields(self) -> dict[str, Any]:
         return dict(self.model_extra) if self.model_extra else {}
 
-    def to_generate(self, request_id: str) -> GenerateRequest:
+    def to_generates(self, request_id: str) -> list[GenerateRequest]:
+        """One request per prompt (a /v1/completions batch has several; chat has one)."""
         raise NotImplementedError
 
 
 class ChatCompletionRequest(SamplingFields):
+    kind: ClassVar[RequestKind] = "chat"
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: int | None = None
 
@@ -133,37 +139,45 @@ class ChatCompletionRequest(SamplingFields):
     def message_dicts(self) -> list[dict[str, Any]]:
         return [{"role": m.role, "content": m.text()} for m in self.messages]
 
-    def to_generate(self, request_id: str) -> GenerateRequest:
-        return GenerateRequest(
+    def to_generates(self, request_id: str) -> list[GenerateRequest]:
+        request = GenerateRequest(
             kind="chat",
             params=self.sampling(),
             messages=self.message_dicts(),
             extra=self.extra_fields(),
             request_id=request_id,
         )
+        return [request]
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int]
+    kind: ClassVar[RequestKind] = "completion"
+    # Text, token ids, or a batch of either (lm-evaluation-harness sends ``[[ids...]]``).
+    prompt: str | list[str] | list[int] | list[list[int]]
 
-    def to_generate(self, request_id: str) -> GenerateRequest:
-        return GenerateRequest(
-            kind="completion",
-            params=self.sampling(),
-            prompt=self.prompt_text(),
-            extra=self.extra_fields(),
-            request_id=request_id,
-        )
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts of this request, each a text or a list of token ids."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            return [prompt]
+        if not prompt:
+            raise ClientError("prompt must not be an empty list", param="prompt", code="invalid_value")
+        if isinstance(prompt[0], int):
+            return [[int(token) for token in prompt]]
+        if len(prompt) > MAX_PROMPTS:
+            raise ClientError(f"at most {MAX_PROMPTS} prompts per request", param="prompt")
+        return list(prompt)
 
-    def prompt_text(self) -> str:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        if len(self.prompt) == 1 and isinstance(self.prompt[0], str):
-            return self.prompt[0]
-        if self.prompt and isinstance(self.prompt[0], int):
-            raise ClientError(
-                "token-id prompts are not supported; send text", param="prompt", code="unsupported_value"
+    def to_generates(self, request_id: str) -> list[GenerateRequest]:
+        prompts = self.prompts()
+        params, extra = self.sampling(), self.extra_fields()
+        requests = []
+        for index, prompt in enumerate(prompts):
+            rid = request_id if len(prompts) == 1 else f"{request_id}-{index}"
+            text, ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
+            requests.append(
+                GenerateRequest(
+                    kind="completion", params=params, prompt=text, prompt_ids=ids, extra=extra, request_id=rid
+                )
             )
-        raise ClientError(
-            "only one prompt per request is supported", param="prompt", code="unsupported_value"
-        )
+        return requests

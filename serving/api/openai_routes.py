@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from backends.base import Chunk, Completion
+from backends.base import Chunk, Completion, GenerateRequest, Usage
 from serving import sse
 from serving.api.errors import error_response
 from serving.api.state import AppState
@@ -38,6 +38,8 @@ from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingF
 
 log = logging.getLogger("turnout")
 Wire = TypeVar("Wire", bound=SamplingFields)
+Result = TypeVar("Result")
+_FANOUT = 16  # prompts of one /v1/completions batch in flight at once
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -79,27 +81,7 @@ def _new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def chat_body(rid: str, model: str, created: int, text: str, finish: str, usage: dict[str, int]) -> bytes:
-    return orjson.dumps(
-        {
-            "id": f"chatcmpl-{rid}",
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "logprobs": None,
-                    "finish_reason": finish,
-                }
-            ],
-            "usage": usage,
-        }
-    )
-
-
-def completion_body(
+def chat_body(
     rid: str,
     model: str,
     created: int,
@@ -110,12 +92,46 @@ def completion_body(
 ) -> bytes:
     return orjson.dumps(
         {
+            "id": f"chatcmpl-{rid}",
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": logprobs,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": usage,
+        }
+    )
+
+
+def completion_body(rid: str, model: str, created: int, results: list[Completion]) -> bytes:
+    """One choice per prompt, in the prompts' order; usage summed over them."""
+    usage = Usage()
+    choices = []
+    for index, result in enumerate(results):
+        usage.prompt_tokens += result.usage.prompt_tokens
+        usage.completion_tokens += result.usage.completion_tokens
+        choices.append(
+            {
+                "index": index,
+                "text": result.text,
+                "logprobs": result.logprobs,
+                "finish_reason": result.finish_reason,
+            }
+        )
+    return orjson.dumps(
+        {
             "id": f"cmpl-{rid}",
             "object": "text_completion",
             "created": created,
             "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
-            "usage": usage,
+            "choices": choices,
+            "usage": usage.as_dict(),
         }
     )
 
@@ -129,11 +145,11 @@ async def _sse_events(
 ) -> AsyncIterator[bytes]:
     """Typed chunks → OpenAI stream objects; a mid-stream failure → error event, then [DONE]."""
 
-    def choice(text: str | None, finish: str | None) -> dict[str, Any]:
+    def choice(text: str | None, finish: str | None, logprobs: dict[str, Any] | None) -> dict[str, Any]:
         if chat:
             delta = {} if text is None else {"content": text}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
 
     extra: dict[str, Any] = {"usage": None} if include_usage else {}
     if chat:
@@ -146,12 +162,14 @@ async def _sse_events(
         yield sse.event({**head, "choices": [first], **extra})
     try:
         async for chunk in chunks:
-            if chunk.text:
-                yield sse.event({**head, "choices": [choice(chunk.text, None)], **extra})
+            logprobs = chunk.logprobs  # this chunk's tokens, on the event that carries their text
+            if chunk.text or (logprobs is not None and chunk.finish_reason is None):
+                yield sse.event({**head, "choices": [choice(chunk.text, None, logprobs)], **extra})
+                logprobs = None
             if chunk.finish_reason is not None:
                 if charge is not None and chunk.usage is not None:
                     charge(chunk.usage.total_tokens)
-                yield sse.event({**head, "choices": [choice(None, chunk.finish_reason)], **extra})
+                yield sse.event({**head, "choices": [choice(None, chunk.finish_reason, logprobs)], **extra})
                 if include_usage and chunk.usage is not None:
                     yield sse.event({**head, "choices": [], "usage": chunk.usage.as_dict()})
     except TurnoutError as exc:
@@ -164,7 +182,7 @@ async def _sse_events(
     yield sse.DONE
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[Completion]) -> Completion:
+async def _unless_disconnected(request: Request, work: Awaitable[Result]) -> Result:
     """Run ``work``, cancelling it if the client hangs up first (the body is already read)."""
     task = asyncio.ensure_future(work)
 
@@ -184,6 +202,27 @@ async def _unless_disconnected(request: Request, work: Awaitable[Completion]) ->
         watcher.cancel()
 
 
+async def _complete_all(
+    state: AppState, routed: Routed, generates: list[GenerateRequest], endpoint: str
+) -> list[Completion]:
+    """Each prompt is its own gateway call (the embedded engine batches them), at most
+    ``_FANOUT`` at once; the first failure fails the request and cancels the rest."""
+    if len(generates) == 1:
+        return [await state.gateway.complete(routed, generates[0], endpoint)]
+    gate = asyncio.Semaphore(_FANOUT)
+
+    async def one(generate: GenerateRequest) -> Completion:
+        async with gate:
+            return await state.gateway.complete(routed, generate, endpoint)
+
+    tasks = [asyncio.ensure_future(one(generate)) for generate in generates]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
 async def _serve(request: Request, chat: bool) -> Response:
     state: AppState = request.app.state.turnout
     rid = request.headers.get("x-request-id") or _new_request_id()
@@ -196,13 +235,19 @@ async def _serve(request: Request, chat: bool) -> Response:
         body = await read_body(request, state.max_body_bytes)
         wire = parse_wire(ChatCompletionRequest if chat else CompletionRequest, body)
         wire.check()
-        generate = wire.to_generate(rid)
+        generates = wire.to_generates(rid)
+        if wire.stream and len(generates) > 1:
+            raise ClientError(
+                "streaming several prompts in one request is not supported; send one prompt per request",
+                param="prompt",
+                code="unsupported_value",
+            )
         route = wire.model
         routed = state.gateway.choose(route, request.headers.get("x-turnout-key"), wire.user)
         headers["x-turnout-route-version"] = str(routed.route.version)
         created = int(time.time())
         if wire.stream:
-            chunks = await state.gateway.stream(routed, generate, endpoint)
+            chunks = await state.gateway.stream(routed, generates[0], endpoint)
             headers["x-turnout-variant"] = routed.served_by
             head = {
                 "id": f"{'chatcmpl' if chat else 'cmpl'}-{rid}",
@@ -213,19 +258,20 @@ async def _serve(request: Request, chat: bool) -> Response:
             charge = partial(state.access.charge, principal) if principal.tpm is not None else None
             events = _sse_events(chunks, head, chat, wire.include_usage(), charge)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-        work = state.gateway.complete(routed, generate, endpoint)
+        work = _complete_all(state, routed, generates, endpoint)
         backend = state.gateway.backends[routed.decision.primary]
-        result = await (_unless_disconnected(request, work) if backend.info.cancel_on_disconnect else work)
+        results = await (_unless_disconnected(request, work) if backend.info.cancel_on_disconnect else work)
         headers["x-turnout-variant"] = routed.served_by
         if principal.tpm is not None:
-            state.access.charge(principal, result.usage.total_tokens)
-        usage = result.usage.as_dict()
+            state.access.charge(principal, sum(result.usage.total_tokens for result in results))
         if chat:
-            content = chat_body(rid, route, created, result.text, result.finish_reason, usage)
-        else:
-            content = completion_body(
+            result = results[0]
+            usage = result.usage.as_dict()
+            content = chat_body(
                 rid, route, created, result.text, result.finish_reason, usage, result.logprobs
             )
+        else:
+            content = completion_body(rid, route, created, results)
         return Response(content, media_type="application/json", headers=headers)
     except TurnoutError as exc:
         if routed is not None:

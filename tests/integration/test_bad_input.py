@@ -108,9 +108,9 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
     (
         "unsupported feature",
         CHAT,
-        {"model": "turnout-tiny", "messages": OK_MESSAGES, "logprobs": True},
+        {"model": "turnout-tiny", "messages": OK_MESSAGES, "presence_penalty": 0.5},
         400,
-        "logprobs",
+        "presence_penalty",
     ),
     (
         "image content",
@@ -122,8 +122,14 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
         400,
         "messages.content.0.type",
     ),
-    ("batch of prompts", COMPLETIONS, {"model": "turnout-tiny", "prompt": ["a", "b"]}, 400, "prompt"),
-    ("token prompt", COMPLETIONS, {"model": "turnout-tiny", "prompt": [1, 2, 3]}, 400, "prompt"),
+    (
+        "streamed batch",
+        COMPLETIONS,
+        {"model": "turnout-tiny", "prompt": ["a", "b"], "stream": True},
+        400,
+        "prompt",
+    ),
+    ("unknown token id", COMPLETIONS, {"model": "turnout-tiny", "prompt": [1, 2, 99999]}, 400, "prompt"),
     ("unknown model", CHAT, {"model": "gpt-nine", "messages": OK_MESSAGES}, 404, "model"),
     ("oversized body", COMPLETIONS, {"model": "turnout-tiny", "prompt": "x" * 2_000_000}, 413, None),
 ]

@@ -50,6 +50,15 @@ def test_local_completions_loglikelihood_and_generation(gateway_url: str) -> Non
     assert metric(table, "turnout_addition") >= 0.9
 
 
+def test_local_completions_in_its_default_tokenized_mode(gateway_url: str) -> None:
+    """The harness's default: batches of token-id prompts (``prompt: [[ids...], ...]``)."""
+    args = f"model=turnout-tiny,base_url={gateway_url}/v1/completions,tokenizer_backend=huggingface,"
+    args += f"tokenizer={hf_dir()},num_concurrent=2,max_retries=1"
+    table = lm_eval("--model", "local-completions", "--model_args", args, "--batch_size", "4",
+                    "--tasks", "turnout_choice")  # fmt: skip
+    assert metric(table, "turnout_choice") >= 0.9
+
+
 def test_local_chat_completions_generation(gateway_url: str) -> None:
     args = f"model=turnout-tiny,base_url={gateway_url}/v1/chat/completions,num_concurrent=4,max_retries=1"
     table = lm_eval("--model", "local-chat-completions", "--model_args", args, "--apply_chat_template",

