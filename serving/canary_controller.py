@@ -5,7 +5,9 @@ stable and canary variants since the current step began (the step begins when it
 version was written), asks the pure judge (``serving.routing.canary``) for a verdict, and
 on promote / roll back writes the next route version with the judge's reason through the
 store (``If-Match`` on the version judged, so two gateway processes never both act).
-The last verdict per route is kept for the admin API.
+The last verdict per route is kept for the admin API. A plan with an ``eval_gate`` also gets
+its eval run once in the background (``serving.canary_eval``); the judge holds the promotion
+until the scores are in and rolls back as soon as they break the gate.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from serving.canary_eval import CanaryEvals
 from serving.errors import Conflict
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
 from serving.route_sync import RouteSync
-from serving.routing.canary import Verdict, apply, judge, summarize
+from serving.routing.canary import EvalScores, Verdict, apply, judge, summarize
 
 log = logging.getLogger("turnout.canary")
 
@@ -42,6 +45,7 @@ class CanaryController:
         self._tick = tick_s
         self._wall = wall_clock
         self._task: asyncio.Task[None] | None = None
+        self.evals = CanaryEvals(gateway.backends, metrics)
         self.last: dict[str, dict[str, Any]] = {}
 
     def start(self) -> None:
@@ -52,6 +56,7 @@ class CanaryController:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.evals.close()
 
     async def _run(self) -> None:
         while True:
@@ -66,12 +71,17 @@ class CanaryController:
             plan = active.spec.canary
             if plan is None:
                 self.last.pop(name, None)
+                self.evals.forget(name)
                 continue
             now = self._wall()
             log_ = self._gateway.observations
             canary = summarize(log_.since(name, plan.canary, active.created_at))
             stable = summarize(log_.since(name, plan.stable, active.created_at))
-            verdict = judge(plan, now - active.created_at, canary, stable)
+            evaluated = self.evals.result(name, plan)
+            scores = evaluated if isinstance(evaluated, EvalScores) else None
+            verdict = judge(plan, now - active.created_at, canary, stable, scores)
+            if isinstance(evaluated, str) and verdict.action == "hold":
+                verdict = Verdict("hold", f"{verdict.reason}; {evaluated}")
             self.last[name] = {
                 "version": active.version,
                 "step": plan.step,
@@ -80,6 +90,8 @@ class CanaryController:
                 "reason": verdict.reason,
                 "at": now,
             }
+            if plan.eval_gate is not None:
+                self.last[name]["eval"] = _eval_status(evaluated)
             if verdict.action != "hold":
                 await self._act(name, active.version, verdict)
 
@@ -105,4 +117,22 @@ class CanaryController:
         self._metrics.canary_actions.labels(name, action).inc()
         log.warning("canary on %s: %s → v%d: %s", name, action, written.version, verdict.reason)
         self._gateway.observations.forget(name)
+        if action != "canary-promote":
+            self.evals.forget(name)
         await self._sync.refresh()
+
+
+def _eval_status(evaluated: EvalScores | str | None) -> dict[str, Any]:
+    """The eval gate's state for the admin API: running, failed (why), or done with its scores."""
+    if evaluated is None:
+        return {"state": "running"}
+    if isinstance(evaluated, str):
+        return {"state": "failed", "error": evaluated}
+    return {
+        "state": "done",
+        "dataset": evaluated.dataset,
+        "examples": evaluated.examples,
+        "canary_accuracy": evaluated.canary,
+        "stable_accuracy": evaluated.stable,
+        "canary_failed": evaluated.canary_failed,
+    }

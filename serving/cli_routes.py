@@ -22,11 +22,13 @@ from serving.cli_routes_pure import (
     abort_canary,
     add_shadow,
     describe_primaries,
+    eval_gate,
     history_table,
     load_spec_file,
     parse_steps,
     parse_weights,
     remove_shadow,
+    require_a_gate,
     routes_table,
     set_weights,
     shadow_report,
@@ -137,6 +139,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     canary.add_argument("--max-p95-ttft-ms", type=float, help="gate: p95 time to first token, ms")
     canary.add_argument("--max-p95-latency-ms", type=float, help="gate: p95 latency, ms")
     canary.add_argument("--max-latency-ratio", type=float, help="gate: p95 latency at most R × stable's")
+    evals = "eval gate: "
+    canary.add_argument("--eval-dataset", default="addition",
+                        help=evals + "addition, continuation or a .jsonl path (default addition)")
+    canary.add_argument("--eval-examples", type=int, default=50, help=evals + "rows used (default 50)")
+    canary.add_argument("--eval-min-accuracy", type=float, help=evals + "canary accuracy at least this (0-1)")
+    canary.add_argument("--eval-max-drop-pt", type=float,
+                        help=evals + "canary accuracy at most this many points below stable's")
+    canary.add_argument("--eval-chat", action="store_true", help=evals + "ask through chat, not completions")
     rollback = command("rollback", "make a new version equal to an older one (default: the previous)")
     rollback.add_argument("--to", type=int, help="the version to return to")
     command("history", "every version of a route, oldest first")
@@ -221,8 +231,16 @@ def _canary(client: AdminClient, args: argparse.Namespace) -> int:
         max_p95_latency_ms=args.max_p95_latency_ms,
         max_latency_ratio=args.max_latency_ratio,
     )
+    evals = eval_gate(
+        dataset=args.eval_dataset,
+        examples=args.eval_examples,
+        min_accuracy=args.eval_min_accuracy,
+        max_drop_pt=args.eval_max_drop_pt,
+        chat=args.eval_chat,
+    )
+    require_a_gate(gates, evals)  # before asking the gateway anything
     spec, version = _current(client, args.name)
-    edited = start_canary(spec, args.canary, steps, args.min_requests, args.min_duration, gates)
+    edited = start_canary(spec, args.canary, steps, args.min_requests, args.min_duration, gates, evals)
     plan = edited.canary
     assert plan is not None
     text = ",".join(f"{step:g}" for step in plan.steps)

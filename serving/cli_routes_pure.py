@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from serving.routing.spec import CanaryPlan, RouteSpec, ShadowTarget, SloGate, WeightedTarget
+from serving.routing.spec import CanaryPlan, EvalGate, RouteSpec, ShadowTarget, SloGate, WeightedTarget
 
 
 class EditError(ValueError):
@@ -149,17 +149,40 @@ def slo_gates(
             )
         except ValidationError as exc:
             raise EditError(f"gate on {metric}: {_reason(exc)}") from None
-    if not gates:
-        raise EditError(
-            "a canary needs at least one gate: --max-error-rate, --max-p95-ttft-ms, "
-            "--max-p95-latency-ms or --max-latency-ratio"
-        )
     return gates
+
+
+def eval_gate(
+    *,
+    dataset: str,
+    examples: int,
+    min_accuracy: float | None = None,
+    max_drop_pt: float | None = None,
+    chat: bool = False,
+) -> EvalGate | None:
+    """The canary's eval gate from the CLI flags; None when neither bound is given."""
+    if min_accuracy is None and max_drop_pt is None:
+        return None
+    endpoint = "chat" if chat else "completion"
+    data = {"dataset": dataset, "examples": examples, "min_accuracy": min_accuracy,
+            "max_drop_pt": max_drop_pt, "endpoint": endpoint}  # fmt: skip
+    try:
+        return EvalGate.model_validate(data)
+    except ValidationError as exc:
+        raise EditError(f"eval gate: {_reason(exc)}") from None
 
 
 def stable_target(spec: RouteSpec) -> str:
     """The variant a canary starts from: the single target, else the heaviest (first on a tie)."""
     return max(spec.targets, key=lambda t: t.weight).variant
+
+
+def require_a_gate(gates: list[SloGate], evals: EvalGate | None) -> None:
+    if not gates and evals is None:
+        raise EditError(
+            "a canary needs at least one gate: --max-error-rate, --max-p95-ttft-ms, "
+            "--max-p95-latency-ms, --max-latency-ratio, --eval-min-accuracy or --eval-max-drop-pt"
+        )
 
 
 def start_canary(
@@ -169,9 +192,11 @@ def start_canary(
     min_requests: int,
     min_duration_s: float,
     gates: list[SloGate],
+    evals: EvalGate | None = None,
 ) -> RouteSpec:
     if spec.canary is not None:
         raise EditError(f"a canary of '{spec.canary.canary}' is already running; abort it first (--abort)")
+    require_a_gate(gates, evals)
     data = {
         "stable": stable_target(spec),
         "canary": canary,
@@ -179,6 +204,7 @@ def start_canary(
         "min_requests": min_requests,
         "min_duration_s": min_duration_s,
         "gates": gates,
+        "eval_gate": evals,
     }
     try:
         plan = CanaryPlan.model_validate(data)

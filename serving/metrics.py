@@ -196,6 +196,12 @@ class GatewayMetrics:
             ["route", "action"],
             registry=self.registry,
         )
+        self.canary_eval_accuracy = Gauge(
+            "turnout_canary_eval_accuracy",
+            "Accuracy (0-1) a canary eval gate measured on a variant; dataset as name@version",
+            ["route", "variant", "dataset"],
+            registry=self.registry,
+        )
         self.variant_info = Gauge(
             "turnout_variant_info",
             "1 per variant; its labels say what serves it (join on variant); spec: the deploy spec's name",

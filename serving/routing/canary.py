@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from serving.routing.spec import CanaryPlan, RouteSpec, SloGate, WeightedTarget
+from serving.routing.spec import CanaryPlan, EvalGate, RouteSpec, SloGate, WeightedTarget
 
-__all__ = ["Sample", "Verdict", "WindowStats", "apply", "judge", "summarize"]
+__all__ = ["EvalScores", "Sample", "Verdict", "WindowStats", "apply", "judge", "summarize"]
 
 # A relative gate needs the stable variant to have at least min(this, plan.min_requests) values.
 STABLE_MIN_VALUES = 10
@@ -66,6 +66,38 @@ def summarize(samples: Iterable[Sample]) -> WindowStats:
 
 
 @dataclass(frozen=True, slots=True)
+class EvalScores:
+    """The eval gate's result: accuracies (fractions) on the same ``examples`` rows of ``dataset``."""
+
+    dataset: str
+    examples: int
+    canary: float
+    stable: float | None = None  # measured only when the gate compares with stable
+    canary_failed: int = 0  # requests that failed (counted as wrong)
+
+
+def _eval_broken(gate: EvalGate, scores: EvalScores) -> str | None:
+    """Why the eval gate is broken, or None when it holds."""
+    over = f"on {scores.examples} {scores.dataset} examples"
+    failed = f" ({scores.canary_failed} requests failed)" if scores.canary_failed else ""
+    if gate.min_accuracy is not None and scores.canary < gate.min_accuracy:
+        return f"eval accuracy {scores.canary:.1%} < {gate.min_accuracy:.1%} {over}{failed}"
+    if gate.max_drop_pt is not None and scores.stable is not None:
+        drop = (scores.stable - scores.canary) * 100.0
+        if drop > gate.max_drop_pt + 1e-9:
+            return (
+                f"eval accuracy {scores.canary:.1%} is {drop:.1f} pt below stable's {scores.stable:.1%} "
+                f"(budget {gate.max_drop_pt:g} pt) {over}{failed}"
+            )
+    return None
+
+
+def _eval_shown(scores: EvalScores) -> str:
+    stable = f" (stable {scores.stable:.1%})" if scores.stable is not None else ""
+    return f"eval accuracy {scores.canary:.1%}{stable} on {scores.examples} {scores.dataset} examples"
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     action: Literal["hold", "promote", "rollback"]
     reason: str
@@ -107,10 +139,21 @@ def _broken(gate: SloGate, plan: CanaryPlan, canary: WindowStats, stable: Window
     return None
 
 
-def judge(plan: CanaryPlan, elapsed_s: float, canary: WindowStats, stable: WindowStats) -> Verdict:
+def judge(
+    plan: CanaryPlan,
+    elapsed_s: float,
+    canary: WindowStats,
+    stable: WindowStats,
+    evals: EvalScores | None = None,
+) -> Verdict:
     """Decide what to do with the canary, from the stats gathered since the current step began.
 
     Rules, in order:
+
+    0. With an eval gate and its ``evals`` in: a broken eval gate means rollback at once (it
+       needs no traffic), e.g. ``"eval accuracy 62.0% < 95.0% on 50 addition examples"`` or
+       ``"eval accuracy 90.0% is 8.0 pt below stable's 98.0% (budget 1 pt) on 50 addition
+       examples"``.
 
     1. Fewer than ``plan.min_requests`` canary requests: hold (gates are not evaluated yet);
        the reason says what it waits for, e.g. ``"waiting: 12/100 requests, 3/60 s"``.
@@ -126,11 +169,18 @@ def judge(plan: CanaryPlan, elapsed_s: float, canary: WindowStats, stable: Windo
        - For the error rate, a stable rate below one error in its window (i.e. 0%) is taken
          as ``1 / stable.count``: zero errors in n requests is no evidence of a rate below 1/n,
          and a bound of ratio × 0 would roll back on the first canary error.
-    3. Every gate holds and ``elapsed_s >= plan.min_duration_s``: promote, e.g.
+    3. Every gate holds and ``elapsed_s >= plan.min_duration_s``, but the eval gate's result
+       is not in yet: hold (``"waiting: eval of the canary on addition (50 examples)"``).
+    4. Every gate holds and ``elapsed_s >= plan.min_duration_s``: promote, e.g.
        ``"step 2/4 (25%) held: 212 requests over 61 s, error rate 0.0%, p95 TTFT 120 ms,
-       p95 latency 300 ms"`` (a metric with no value is left out).
-    4. Otherwise hold until the step has lasted long enough.
+       p95 latency 300 ms"`` (a metric with no value is left out; the eval's accuracy added).
+    5. Otherwise hold until the step has lasted long enough.
     """
+    eval_gate = plan.eval_gate
+    if eval_gate is not None and evals is not None:
+        why = _eval_broken(eval_gate, evals)
+        if why is not None:
+            return Verdict("rollback", why)
     waiting = (
         f"waiting: {canary.count}/{plan.min_requests} requests, {elapsed_s:.0f}/{plan.min_duration_s:.0f} s"
     )
@@ -142,11 +192,16 @@ def judge(plan: CanaryPlan, elapsed_s: float, canary: WindowStats, stable: Windo
             return Verdict("rollback", why)
     if elapsed_s < plan.min_duration_s:
         return Verdict("hold", waiting)
+    if eval_gate is not None and evals is None:
+        wanted = f"{eval_gate.dataset} ({eval_gate.examples} examples)"
+        return Verdict("hold", f"waiting: eval of the canary on {wanted}")
     metrics = [f"error rate {canary.error_rate:.1%}"]
     if canary.p95_ttft_ms is not None:
         metrics.append(f"p95 TTFT {canary.p95_ttft_ms:.0f} ms")
     if canary.p95_latency_ms is not None:
         metrics.append(f"p95 latency {canary.p95_latency_ms:.0f} ms")
+    if evals is not None:
+        metrics.append(_eval_shown(evals))
     return Verdict(
         "promote",
         f"step {plan.step + 1}/{len(plan.steps)} ({plan.percent:g}%) held: {canary.count} requests "

@@ -9,6 +9,7 @@ rules that need the set of configured variants are checked by :func:`problems`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -55,6 +56,45 @@ class SloGate(BaseModel):
         return self
 
 
+# The generation datasets ``evals/`` ships (``evals.datasets.shipped``); any other ``dataset``
+# is a path to a JSONL file of the same shape (``{"id", "prompt", "answer"}`` per line).
+SHIPPED_EVAL_DATASETS = ("addition", "continuation")
+
+
+class EvalGate(BaseModel):
+    """Accuracy the canary must show on an eval set before it is promoted.
+
+    The gateway runs ``examples`` rows of ``dataset`` greedily through the canary's backend
+    (and, for ``max_drop_pt``, the stable variant's) once per canary plan, and scores each
+    answer (``scoring``) against the row's ``answer``. The canary is rolled back when its
+    accuracy is below ``min_accuracy`` (a fraction) or more than ``max_drop_pt`` percentage
+    points below the stable variant's on the same rows; a request that fails counts as wrong.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: Annotated[str, Field(min_length=1)] = "addition"
+    examples: Annotated[int, Field(ge=1, le=2000)] = 50
+    scoring: Literal["exact", "normalized"] = "exact"
+    endpoint: Literal["completion", "chat"] = "completion"
+    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
+    min_accuracy: Annotated[float, Field(ge=0, le=1)] | None = None
+    max_drop_pt: Annotated[float, Field(ge=0, le=100)] | None = None
+
+    @model_validator(mode="after")
+    def _usable(self) -> EvalGate:
+        if self.min_accuracy is None and self.max_drop_pt is None:
+            raise ValueError("eval_gate needs min_accuracy or max_drop_pt")
+        if self.dataset not in SHIPPED_EVAL_DATASETS and not self.dataset.endswith(".jsonl"):
+            shipped = ", ".join(SHIPPED_EVAL_DATASETS)
+            raise ValueError(f"eval_gate.dataset: one of {shipped}, or a path to a .jsonl file")
+        return self
+
+    @property
+    def against_stable(self) -> bool:
+        return self.max_drop_pt is not None
+
+
 class CanaryPlan(BaseModel):
     """Move traffic from ``stable`` to ``canary`` step by step while every gate holds.
 
@@ -69,7 +109,8 @@ class CanaryPlan(BaseModel):
     steps: Annotated[list[Percent], Field(min_length=1)] = [5.0, 25.0, 50.0, 100.0]
     min_requests: Annotated[int, Field(ge=1)] = 100
     min_duration_s: Annotated[float, Field(ge=0)] = 60.0
-    gates: Annotated[list[SloGate], Field(min_length=1)]
+    gates: list[SloGate] = []
+    eval_gate: EvalGate | None = None
     step: Annotated[int, Field(ge=0)] = 0
 
     @model_validator(mode="after")
@@ -78,6 +119,8 @@ class CanaryPlan(BaseModel):
             raise ValueError("canary.canary must differ from canary.stable")
         if any(b <= a for a, b in zip(self.steps, self.steps[1:], strict=False)):
             raise ValueError(f"canary.steps must increase strictly: {self.steps}")
+        if not self.gates and self.eval_gate is None:
+            raise ValueError("a canary needs at least one gate (gates or eval_gate)")
         if self.step >= len(self.steps):
             raise ValueError(f"canary.step {self.step} is past the last step (there are {len(self.steps)})")
         return self
@@ -177,4 +220,7 @@ def problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list
             found.append(f"fallbacks.{index}: unknown variant '{fallback}' (known: {known})")
     if spec.canary is not None and spec.canary.canary not in known_variants:
         found.append(f"canary.canary: unknown variant '{spec.canary.canary}' (known: {known})")
+    gate = spec.canary.eval_gate if spec.canary is not None else None
+    if gate is not None and gate.dataset not in SHIPPED_EVAL_DATASETS and not Path(gate.dataset).is_file():
+        found.append(f"canary.eval_gate.dataset: no such file '{gate.dataset}' on this gateway")
     return found

@@ -108,8 +108,9 @@ def test_gates_from_flags() -> None:
         ("p95_latency_ms", 800, 1.5),
     ]
     assert slo_gates(max_latency_ratio=2)[0].max is None
+    assert slo_gates() == []
     with pytest.raises(EditError, match="at least one gate"):
-        slo_gates()
+        start_canary(AB, "c", [10, 100], 50, 30, [])
     with pytest.raises(EditError, match="error_rate"):
         slo_gates(max_error_rate=-1)
 
