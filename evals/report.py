@@ -153,6 +153,24 @@ def html_page(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: S
             f"{body}</table><h2>Verdicts</h2><ul>{items}</ul><h2>Plots</h2>{pictures}\n")  # fmt: skip
 
 
+def _label(axis: Any, text: str, at: tuple[float, float], index: int) -> None:
+    """Name a point; labels step up by index so variants at nearly the same point stay readable."""
+    line = {"arrowstyle": "-", "lw": 0.5, "color": "grey"}
+    offset = (8, 6 + 11 * index)
+    axis.annotate(text, at, xytext=offset, textcoords="offset points", fontsize=8, arrowprops=line)
+
+
+def _spread_axis(axis: Any, values: Sequence[float]) -> None:
+    """A log scale when the values span more than 5×, so the close ones do not pile up."""
+    if values and min(values) > 0 and max(values) / min(values) > 5:
+        from matplotlib import ticker
+
+        axis.set_xscale("log")
+        axis.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.xaxis.set_minor_formatter(ticker.NullFormatter())
+
+
 def plots(rows: Sequence[Row], out: Path) -> list[str]:
     import matplotlib
 
@@ -161,10 +179,12 @@ def plots(rows: Sequence[Row], out: Path) -> list[str]:
 
     written = []
     figure, axis = plt.subplots(figsize=(5.5, 4))
-    for row in rows:
-        if row.accuracy is not None and row.usd_per_m_tokens is not None:
-            axis.scatter(row.usd_per_m_tokens, 100 * row.accuracy)
-            axis.annotate(row.variant, (row.usd_per_m_tokens, 100 * row.accuracy), fontsize=8)
+    priced = [r for r in rows if r.accuracy is not None and r.usd_per_m_tokens is not None]
+    for index, row in enumerate(priced):
+        at = (float(row.usd_per_m_tokens or 0), 100 * float(row.accuracy or 0))
+        axis.scatter(*at)
+        _label(axis, row.variant, at, index)
+    _spread_axis(axis, [float(r.usd_per_m_tokens or 0) for r in priced])
     axis.set_xlabel("USD per million output tokens")
     axis.set_ylabel("accuracy (%)")
     axis.set_title("Accuracy vs cost")
@@ -173,10 +193,11 @@ def plots(rows: Sequence[Row], out: Path) -> list[str]:
     plt.close(figure)
     written.append("accuracy_vs_cost.png")
     figure, axis = plt.subplots(figsize=(5.5, 4))
-    for row in rows:
-        if row.tokens_per_s is not None and row.ttft_p50_ms is not None:
-            axis.scatter(row.tokens_per_s, row.ttft_p50_ms)
-            axis.annotate(row.variant, (row.tokens_per_s, row.ttft_p50_ms), fontsize=8)
+    timed = [r for r in rows if r.tokens_per_s is not None and r.ttft_p50_ms is not None]
+    for index, row in enumerate(timed):
+        at = (float(row.tokens_per_s or 0), float(row.ttft_p50_ms or 0))
+        axis.scatter(*at)
+        _label(axis, row.variant, at, index)
     axis.set_xlabel("output tokens/s")
     axis.set_ylabel("TTFT p50 (ms)")
     axis.set_title("Latency vs throughput")

@@ -105,9 +105,26 @@ async def _logprobs(
     if reply.status_code != 200:
         raise EvalError(f"{model}: scoring answered {reply.status_code}: {reply.text[:300]}")
     block = reply.json()["choices"][0]["logprobs"] or {}
-    best = [max(alternatives, key=alternatives.get) for alternatives in block["top_logprobs"][1:] if top]
+    lead = echoed_extras(block["tokens"], text)
+    shift = sum(len(token) for token in block["tokens"][:lead])
+    first = lead + 1  # the text's first token has no logprob of its own here
+    tops = block["top_logprobs"][first:] if top else []
+    best = [max(alternatives, key=alternatives.get) for alternatives in tops]
     variant = reply.headers.get("x-turnout-variant", "?")
-    return block["token_logprobs"][1:], block["text_offset"][1:], variant, best
+    return block["token_logprobs"][first:], [at - shift for at in block["text_offset"][first:]], variant, best
+
+
+def echoed_extras(tokens: list[str], text: str) -> int:
+    """How many leading echoed tokens are not part of ``text``: a BOS the server lists.
+
+    vLLM echoes a text prompt with ``<s>`` first (its ``text_offset`` counting those characters
+    too); Turnout's embedded engine leaves the BOS out. Dropping it makes both score the same
+    tokens (each sentence's first token excluded) at offsets into ``text``.
+    """
+    for lead in range(min(3, len(tokens))):
+        if "".join(tokens[lead:]) == text:
+            return lead
+    return 0
 
 
 async def _loglikelihood_task(

@@ -10,7 +10,10 @@ cache, or batched with other requests, runs other kernels).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -94,3 +97,20 @@ def test_token_id_batches_and_chat_logprobs_match_vllm(gateway: Launched, vllm: 
     direct = httpx.post(f"{vllm.base_url}/chat/completions", json={"model": VLLM_MODEL, **chat}, timeout=60)
     ours, theirs = through.json()["choices"][0]["logprobs"], direct.json()["choices"][0]["logprobs"]
     assert same(ours, theirs), (ours, theirs)
+
+
+def test_turnout_eval_scores_text_the_same_through_vllm_and_the_embedded_engine(
+    gateway: Launched, gateway_url: str, tmp_path: Path
+) -> None:
+    """vLLM echoes a text prompt with ``<s>`` first (and offsets counting it); the runner drops it,
+    so perplexity and multiple choice score the same tokens on both engines (same fp32 weights)."""
+    found = {}
+    targets = {"vllm": (gateway.url, "tiny"), "embedded": (gateway_url, "turnout-tiny")}
+    for name, (target, model) in targets.items():
+        cmd = [sys.executable, "-m", "serving.cli", "eval", "--target", target, "--model", model,
+               "--tasks", "text,choice", "--limit", "10", "--out", str(tmp_path / name)]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        found[name] = json.loads((tmp_path / name / "summary.json").read_text())["tasks"]
+    assert found["vllm"]["text"]["value"] == pytest.approx(found["embedded"]["text"]["value"], rel=1e-3)
+    assert found["vllm"]["choice"]["value"] == found["embedded"]["choice"]["value"] == 1.0

@@ -9,6 +9,7 @@ import pytest
 from evals.datasets import DatasetError, load, render, shipped
 from evals.metrics import bootstrap_ci, match
 from evals.report import Row, cost_per_million, join, verdict
+from evals.runner import echoed_extras
 
 
 def test_shipped_files_are_exactly_what_the_generators_make() -> None:
@@ -75,3 +76,9 @@ def test_join_prices_tokens_and_the_verdict_states_the_budget() -> None:
     assert cost_per_million("no-such-card", 10.0) is None
     empty = Row("x", None, None, None, None, None, None, None, None, None, None)
     assert verdict(empty, base, 1.0).endswith("no accuracy to judge")
+
+
+def test_a_bos_the_server_echoes_is_recognised_and_nothing_else() -> None:
+    assert echoed_extras(["<s>", "The", " cat"], "The cat") == 1  # vLLM's echo of a text prompt
+    assert echoed_extras(["The", " cat"], "The cat") == 0  # Turnout's embedded engine
+    assert echoed_extras(["<s>", "x"], "The cat") == 0  # no match: score what came back
