@@ -136,7 +136,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     (
         "canary without gates",
         {"targets": [{"variant": "a"}], "canary": {"stable": "a", "canary": "b", "gates": []}},
-        "spec.canary.gates",
+        "a canary needs at least one gate (gates or eval_gate)",
     ),
     ("negative weight", {"targets": [{"variant": "a", "weight": -1}]}, "spec.targets.0.weight"),
     ("unknown field", {"targets": [{"variant": "a"}], "weights": {}}, "spec.weights"),
