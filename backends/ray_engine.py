@@ -6,6 +6,14 @@ this adapter instead of the engine, behind the same :class:`~backends.base.Backe
 Requests and answers cross the handle as the plain dataclasses of ``backends.base``; streams
 use ``handle.options(stream=True)``, so chunks arrive as the engine yields them.
 
+Engine figures: the engines report to the counter deployment (``serving.ray_deployments``);
+:class:`EngineFigures` reads them there once per ``POLL_S`` for this gateway replica, and each
+adapter turns them into the same ``/metrics`` as the in-process engine: ``turnout_queue_depth``
+and ``turnout_engine_generated_tokens_total`` summed over the variant's engine replicas, and
+``turnout_batch_size`` fed with the batches formed since the last read. They describe the
+engine deployment, so every gateway replica shows the same values (do not sum them across
+gateway replicas).
+
 Failures: a typed gateway error raised in the engine (queue full → 429, bad input → 400)
 comes back as itself. A replica that died, or is gone while the call is routed, is a
 :class:`BackendUnavailable`; such a call is sent once more (Ray routes it to another
@@ -14,13 +22,82 @@ replica) when no chunk has reached the client yet, as ``backends.replica_set`` d
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest
 from serving.errors import BackendError, BackendUnavailable, TurnoutError
 
 _ATTEMPTS = 2
+POLL_S = 1.0
+log = logging.getLogger("turnout")
+
+Figures = Mapping[str, Mapping[str, Any]]  # engine replica → its figures
+
+
+def new_batches(before: Figures, now: Figures) -> dict[int, int]:
+    """Batches formed (size → count) between two reads of one variant's replicas' cumulative
+    counts; a replica new or restarted since (its counts went down) counts from zero."""
+    formed: dict[int, int] = {}
+    for replica, figures in now.items():
+        counts = figures.get("batches", {})
+        old = before.get(replica, {}).get("batches", {})
+        restarted = any(counts.get(size, 0) < seen for size, seen in old.items())
+        for size, count in counts.items():
+            added = count - (0 if restarted else old.get(size, 0))
+            if added > 0:
+                formed[int(size)] = formed.get(int(size), 0) + added
+    return formed
+
+
+class EngineFigures:
+    """This gateway replica's copy of every engine replica's figures, read from the counter."""
+
+    def __init__(self, board: Any, poll_s: float = POLL_S) -> None:
+        self.board = board
+        self.poll_s = poll_s
+        self.latest: dict[str, Figures] = {}
+        self.observers: dict[str, Callable[[int], None]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._poll())
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def apply(self, read: Mapping[str, Figures]) -> None:
+        """Take a read: keep it, and feed each variant's batch observer what was formed since."""
+        for variant, replicas in read.items():
+            observer = self.observers.get(variant)
+            if observer is not None:
+                for size, count in new_batches(self.latest.get(variant, {}), replicas).items():
+                    for _ in range(count):
+                        observer(size)
+        self.latest = {variant: dict(replicas) for variant, replicas in read.items()}
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                self.apply(await asyncio.wait_for(self.board.engine_figures.remote(), 2 * self.poll_s))
+            except Exception as exc:  # the counter restarting; the gauges keep the last read
+                log.debug("engine figures not read: %s", exc)
+            await asyncio.sleep(self.poll_s)
+
+    def stats(self, variant: str) -> dict[str, float]:
+        replicas = self.latest.get(variant, {}).values()
+        return {
+            "queue_depth": float(sum(f.get("queue_depth", 0.0) for f in replicas)),
+            "generated_tokens": float(sum(f.get("generated_tokens", 0.0) for f in replicas)),
+        }
 
 
 def _translate(exc: BaseException, name: str) -> TurnoutError:
@@ -42,16 +119,30 @@ def _translate(exc: BaseException, name: str) -> TurnoutError:
 class RayEngineBackend:
     """The gateway side of one ``TurnoutEngine`` deployment."""
 
-    def __init__(self, name: str, handle: Any, info: BackendInfo) -> None:
+    def __init__(
+        self, name: str, handle: Any, info: BackendInfo, figures: EngineFigures | None = None
+    ) -> None:
         self.name = name
         self.handle = handle
         self.info = info
+        self.figures = figures
 
     async def start(self) -> None:
-        """Nothing to open: Ray Serve starts the engine replicas before the gateway's."""
+        """Nothing to open (Ray Serve starts the engine replicas); starts reading engine figures."""
+        if self.figures is not None:
+            self.figures.start()
 
     async def close(self) -> None:
-        """The engine replicas belong to Ray Serve."""
+        """The engine replicas belong to Ray Serve; stops reading engine figures."""
+        if self.figures is not None:
+            await self.figures.close()
+
+    def engine_stats(self) -> dict[str, float]:
+        return self.figures.stats(self.name) if self.figures is not None else {"queue_depth": 0.0}
+
+    def set_batch_observer(self, observer: Callable[[int], None]) -> None:
+        if self.figures is not None:
+            self.figures.observers[self.name] = observer
 
     def ready(self) -> bool:
         return True

@@ -36,7 +36,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.base import BackendInfo
-from backends.ray_engine import RayEngineBackend
+from backends.ray_engine import EngineFigures, RayEngineBackend
 from backends.settings import EmbeddedSettings
 from deploy.render import ray_serve as rendered
 from deploy.spec import VariantSpec, parse_spec
@@ -144,13 +144,14 @@ class TurnoutGateway:
         from serving.app import create_app
 
         backends = {}
+        figures = EngineFigures(self.counter)  # one reader for all of this replica's engines
         for name, handle in self.engines.items():
             settings = self.config.variants[name]
             accelerator = settings.accelerator if isinstance(settings, EmbeddedSettings) else "cpu-x86"
             info = BackendInfo(
                 kind="ray_serve", engine="onnxruntime-genai", vendor="cpu", accelerator=accelerator
             )
-            backends[name] = RayEngineBackend(name, handle, info)
+            backends[name] = RayEngineBackend(name, handle, info, figures)
         app = create_app(self.config, backends=backends, limiter=self._limiter)
         replica = serve.get_replica_context().replica_id.unique_id
         return _ReplicaEdge(app, replica, self._warm)
@@ -213,14 +214,15 @@ def build_from_config(
 ) -> Any:
     """The bound application for ``config`` (``source`` is what each gateway replica re-reads)."""
     specs = {entry.loaded.id: entry.loaded for entry in config.specs}
+    counter = COUNTER_DEPLOYMENT.bind()  # one deployment: the gateways and the engines share it
     engines = {}
     for name, settings in config.variants.items():
         if isinstance(settings, EmbeddedSettings):
             options = engine_options(specs.get(name), settings)
             deployment = ENGINE_DEPLOYMENT.options(name=engine_name(name), **options)
-            engines[name] = deployment.bind(name, settings.model_dump(mode="json"))
+            engines[name] = deployment.bind(name, settings.model_dump(mode="json"), counter)
     gateway = GATEWAY_DEPLOYMENT.options(num_replicas=gateway_replicas)
-    return gateway.bind(source, engines, COUNTER_DEPLOYMENT.bind(), gateway_replicas, base_dir)
+    return gateway.bind(source, engines, counter, gateway_replicas, base_dir)
 
 
 def config_for_spec(spec: VariantSpec, variant_id: str, engine_url: str | None) -> dict[str, Any]:

@@ -5,6 +5,14 @@ handles → :class:`TurnoutEngine` (one ONNX Runtime GenAI engine per replica, c
 ``backends.ray_engine``) and :class:`TurnoutRateCounter` (the per-key token buckets all gateway
 replicas share, called by ``serving.ratelimit_shared.SharedLimiter`` through :class:`HandleCounter`).
 
+Engine figures: every engine replica reports its queue depth, decoded tokens and the batch
+sizes it formed (cumulative counts) to the counter deployment every ``REPORT_EVERY_S``; the
+counter keeps the latest report of each replica, dropping those older than ``STALE_S`` (a
+replica that is gone), and every gateway replica reads them from there
+(``backends.ray_engine.EngineFigures``) for its ``/metrics``. They go through the counter, not
+straight from the engines, because a call through a deployment handle reaches one replica of
+Serve's choosing (the least busy), so polling the engines would miss the busy ones.
+
 Plain classes: ``serving.ray_app`` turns them into deployments with ``serve.deployment``, so
 they stay typed and can be exercised without Ray.
 """
@@ -12,7 +20,10 @@ they stay typed and can be exercised without Ray.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,19 +31,59 @@ from backends.base import Chunk, Completion, GenerateRequest
 from backends.settings import EmbeddedSettings
 from serving.ratelimit_shared import LocalLimiter
 
+REPORT_EVERY_S = 1.0
+STALE_S = 5.0
+
+
+def _replica_id() -> str:
+    try:
+        from ray import serve
+
+        return str(serve.get_replica_context().replica_id.unique_id)
+    except Exception:  # built outside a Serve replica (unit tests)
+        return "local"
+
 
 class TurnoutEngine:
     """One embedded engine in this replica's process; it starts loading as the replica starts."""
 
-    def __init__(self, variant: str, settings: dict[str, Any]) -> None:
+    def __init__(self, variant: str, settings: dict[str, Any], board: Any = None) -> None:
         from backends.embedded import EmbeddedBackend
 
+        self.variant = variant
         self.backend = EmbeddedBackend(variant, EmbeddedSettings.model_validate(settings))
+        self.replica = _replica_id()
+        self._batches: collections.Counter[int] = collections.Counter()
+        self._batches_lock = threading.Lock()  # the batcher's worker thread counts, reports read
+        self.backend.set_batch_observer(self._count_batch)
+        self._board = board
         self._starting: asyncio.Task[None] | None = None
+        self._reporting: asyncio.Task[None] | None = None
         # Under Ray Serve the constructor runs inside the replica's event loop; built outside a
         # replica (no loop) the engine starts on the first call instead.
         with contextlib.suppress(RuntimeError):
-            self._starting = asyncio.get_running_loop().create_task(self.backend.start())
+            loop = asyncio.get_running_loop()
+            self._starting = loop.create_task(self.backend.start())
+            if board is not None:
+                self._reporting = loop.create_task(self._report())
+
+    def _count_batch(self, size: int) -> None:
+        with self._batches_lock:
+            self._batches[size] += 1
+
+    def figures(self) -> dict[str, Any]:
+        """This replica's engine figures: queue depth, decoded tokens, batches formed by size."""
+        with self._batches_lock:
+            batches = dict(self._batches)
+        return {**self.backend.engine_stats(), "batches": batches}
+
+    async def _report(self) -> None:
+        while True:
+            await asyncio.sleep(REPORT_EVERY_S)
+            try:
+                await self._board.report.remote(self.variant, self.replica, self.figures())
+            except Exception:  # the counter restarting: the next report gets through
+                continue
 
     async def _started(self) -> Any:
         if self._starting is None:
@@ -59,11 +110,26 @@ class TurnoutEngine:
 class TurnoutRateCounter:
     """The token buckets of every key, shared by all gateway replicas (one replica, in memory)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = time.monotonic) -> None:
         self.limiter = LocalLimiter()
+        self._clock = clock
+        self._engines: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
 
     async def ping(self) -> bool:
         return True
+
+    async def report(self, variant: str, replica: str, figures: dict[str, Any]) -> None:
+        """An engine replica's latest figures (``TurnoutEngine.figures``)."""
+        self._engines.setdefault(variant, {})[replica] = (self._clock(), figures)
+
+    async def engine_figures(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """variant → replica → figures, of the replicas that reported within ``STALE_S``."""
+        now = self._clock()
+        for replicas in self._engines.values():
+            for replica in [r for r, (at, _) in replicas.items() if now - at > STALE_S]:
+                del replicas[replica]
+        found = self._engines.items()
+        return {variant: {r: f for r, (_, f) in replicas.items()} for variant, replicas in found}
 
     async def admit(self, key: str, rpm: int | None, tpm: int | None) -> float | None:
         return self.limiter.admit_now(key, rpm, tpm)

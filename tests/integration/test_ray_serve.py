@@ -153,13 +153,15 @@ def _applied_within(url: str, expected: str, since: float, timeout: float = 5.0)
 
 
 def _metric_per_replica(url: str, name: str) -> dict[str, float]:
-    """``name``'s value on each gateway replica (scraped 4 at a time until both have answered)."""
+    """``name``'s value on each gateway replica (scraped 4 at a time until both have answered);
+    a replica whose page lacks the sample is left out."""
     values: dict[str, float] = {}
 
     def scrape(_: int) -> None:
         reply = httpx.get(f"{url}/metrics", timeout=10)
-        line = next(line for line in reply.text.splitlines() if line.startswith(name + " "))
-        values[reply.headers["x-turnout-replica"]] = float(line.split()[-1])
+        line = next((line for line in reply.text.splitlines() if line.startswith(name + " ")), None)
+        if line is not None:
+            values[reply.headers["x-turnout-replica"]] = float(line.split()[-1])
 
     with ThreadPoolExecutor(4) as pool:
         for _ in range(20):
@@ -192,6 +194,24 @@ def test_the_embedded_variant_runs_in_its_engine_deployment(cluster: Cluster) ->
     assert len(events) >= 3 and events[-1] == "data: [DONE]"
     metrics = httpx.get(f"{cluster.url}/metrics").text
     assert 'turnout_variant_info{accelerator="cpu-x86",engine="onnxruntime-genai",kind="ray_serve"' in metrics
+
+
+def test_the_engine_figures_reach_every_gateway_replicas_metrics(cluster: Cluster) -> None:
+    """The engine replica reports to the counter each second; each gateway reads them from there."""
+    sent = [_chat(cluster.url, "tiny", max_tokens=5, temperature=0) for _ in range(3)]
+    assert all(reply.status_code == 200 for reply in sent)
+    deadline = time.monotonic() + 10
+    while True:
+        tokens = _metric_per_replica(cluster.url, 'turnout_engine_generated_tokens_total{variant="tiny"}')
+        batches = _metric_per_replica(cluster.url, 'turnout_batch_size_count{variant="tiny"}')
+        done = len(tokens) == 2 and min(tokens.values()) >= 15 and min(batches.values(), default=0) >= 1
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(tokens) == 2 and min(tokens.values()) >= 15, tokens  # 3 × 5 decoded tokens, at least
+    assert len(batches) == 2 and min(batches.values()) >= 1, batches
+    depth = _metric_per_replica(cluster.url, 'turnout_queue_depth{variant="tiny"}')
+    assert depth and all(value == 0.0 for value in depth.values()), depth  # idle now
 
 
 def test_a_key_limit_holds_across_replicas(cluster: Cluster) -> None:
