@@ -88,10 +88,13 @@ def _triton(args: argparse.Namespace) -> int:
         server = start_triton(
             install, repo, args.port, args.grpc_port, args.metrics_port, timeout=args.timeout, log=log
         )
-    except TritonError as exc:
-        print(f"turnout: {exc}", file=sys.stderr)
+    except (TritonError, KeyboardInterrupt) as exc:  # start_triton stopped the server either way
         if not args.repo_dir:
             shutil.rmtree(work, ignore_errors=True)
+        if isinstance(exc, KeyboardInterrupt):
+            print("turnout: stopped tritonserver before it was ready", flush=True)
+            return 0
+        print(f"turnout: {exc}", file=sys.stderr)
         return 1
     print(
         f"triton ready in {server.started_in_s:.1f}s (pid {server.pid}): http {server.http_url}  "

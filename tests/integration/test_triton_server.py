@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -239,36 +241,67 @@ async def test_dynamic_batcher_forms_batches_under_concurrent_load(triton: Trito
     assert _metric(metrics, "nv_inference_exec_count") < _metric(metrics, "nv_inference_count")
 
 
+def _read_lines(proc: subprocess.Popen[bytes]) -> queue.Queue[bytes]:
+    """The CLI's output, line by line, read on a thread so that the test can wait with a deadline."""
+    lines: queue.Queue[bytes] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(b"")  # end of output
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _wait_for_line(lines: queue.Queue[bytes], needle: bytes, seen: list[bytes], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            return False
+        if not line:
+            return False
+        seen.append(line)
+        if needle in line:
+            return True
+    return False
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:  # stop it the way a user would
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def test_cli_runs_triton_in_the_foreground_until_ctrl_c(triton: TritonServer, tmp_path: Path) -> None:
     http, grpc, metrics = distinct_ports(3)
     cmd = [sys.executable, "-m", "serving.cli", "backends", "up", "triton"]
     args = ["--port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
     args += ["--log", str(tmp_path / "tritonserver.log")]
     proc = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen: list[bytes] = []
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        lines = _read_lines(proc)
+        # the CLI's own line, not the server's health: Ctrl-C before it is the start-up case below
+        assert _wait_for_line(lines, b"triton ready", seen, 60), b"".join(seen)
         reply = httpx.post(
             f"http://127.0.0.1:{http}/v2/models/turnout_tiny/generate",
             json={"text_input": "03+45=", "max_tokens": 8},
         )
         assert reply.json()["text_output"] == "840"
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        proc.wait(30)
     finally:
-        if proc.poll() is None:  # a failed check above: still stop it the way a user would
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        _stop(proc)
+    _wait_for_line(lines, b"\0", seen, 30)  # the rest of the output, until it ends
+    out = b"".join(seen)
     assert proc.returncode == 0, out
     assert b"triton ready" in out
     staged = re.search(rb"models from (\S+) ", out)
@@ -276,3 +309,30 @@ def test_cli_runs_triton_in_the_foreground_until_ctrl_c(triton: TritonServer, tm
     shm = re.search(rb"shared memory /dev/shm/(\S+)\*", out)
     assert shm and shm[1].decode() != triton.shm_prefix
     assert not list(Path("/dev/shm").glob(f"{shm[1].decode()}*"))  # the CLI's server left none behind
+
+
+def _has_text(path: Path) -> bool:
+    return path.exists() and path.stat().st_size > 0
+
+
+def test_ctrl_c_while_triton_starts_stops_it_cleanly(triton: TritonServer, tmp_path: Path) -> None:
+    http, grpc, metrics = distinct_ports(3)
+    log = tmp_path / "tritonserver.log"
+    cmd = [sys.executable, "-m", "serving.cli", "backends", "up", "triton", "--port", str(http)]
+    cmd += ["--grpc-port", str(grpc), "--metrics-port", str(metrics), "--log", str(log)]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the CLI stages its model repository
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not _has_text(log) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # tritonserver is running and logging; loading the model takes seconds more
+        assert _has_text(log) and proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        _stop(proc)
+    assert proc.returncode == 0, out
+    assert b"stopped tritonserver before it was ready" in out and b"Traceback" not in out
+    assert not list(tmp_path.glob("turnout-triton-*"))  # the staged repository is removed
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{http}/v2/health/live", timeout=1)
