@@ -14,6 +14,14 @@ far less often through a gateway, which spreads them), which made direct Triton 
 *slower* than through Turnout. The jitter makes the stalls rarer, not gone: p99 is shown too.
 Targets (issue 4): added p50 ≤ 1 ms, throughput ratio (Turnout / direct) ≥ 0.97.
 
+A control row (``--control-ms``, default 5; 0 leaves it out) runs the same c=1 comparison
+against the fault server answering after that many ms, through an ``openai_http`` variant: the
+gateway's path with no engine at all, idle for about as long as it waits for Triton. On this VM
+a core that has idled a few ms wakes slowly (a cross-core ping-pong is ~40 µs busy, ~145 µs
+after 5 ms idle) and the gateway's Python then runs on cold caches, so the control adds far more
+than ``gateway_overhead.py``'s back-to-back figure; an engine's added p50 minus the control's is
+what its adapter costs beyond that.
+
 Placement on 2 cores: a CPU engine busy-waits on every core it may use and would starve the
 gateway, which on a GPU box has its own CPU; so engines started here get the last core (vLLM's
 OpenMP threads bound there too) and the gateway and the load generator share core 0.
@@ -24,7 +32,7 @@ first use) unless ``--vllm-url`` / ``--triton-url`` point at running ones (the s
 the test session's; those are not pinned).
 
     python bench/real_backends.py [--quick] [--rounds N] [--jitter-ms 1] [--vllm-url URL] [--triton-url URL]
-                                  [--json F]
+                                  [--control-ms 5] [--json F]
 """
 
 from __future__ import annotations
@@ -52,9 +60,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 from gateway_overhead import PhaseResult, _Conn, _run_loop  # noqa: E402
 
+from backends.fault import FaultServer  # noqa: E402
 from serving.launcher import free_port, gateway_process  # noqa: E402
 
-PROMPT, MAX_TOKENS, VLLM_MODEL = "03+45=", 8, "turnout-tiny"
+PROMPT, MAX_TOKENS, VLLM_MODEL, CONTROL_MODEL = "03+45=", 8, "turnout-tiny", "fake-model"
 TARGETS = {"added_p50_ms": 1.0, "throughput_ratio": 0.97}
 
 
@@ -73,9 +82,10 @@ def requests(engine: str, engine_url: str, gateway_url: str) -> dict[str, tuple[
     """The direct and the through-Turnout request of ``engine`` — the same generation."""
     openai_body = {"model": engine, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
     through = post(gateway_url, "/v1/completions", openai_body)
-    if engine == "vllm":
+    if engine in ("vllm", "control"):
         path = urlsplit(engine_url).path.rstrip("/") + "/completions"
-        return {"direct": post(engine_url, path, {**openai_body, "model": VLLM_MODEL}), "turnout": through}
+        model = VLLM_MODEL if engine == "vllm" else CONTROL_MODEL
+        return {"direct": post(engine_url, path, {**openai_body, "model": model}), "turnout": through}
     generate = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
     return {"direct": post(engine_url, "/v2/models/turnout_tiny/generate", generate), "turnout": through}
 
@@ -134,16 +144,16 @@ def engines(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[str, str]]:
         yield vllm_url, triton_url
 
 
-def gateway_config(tmp: Path, vllm_url: str, triton_url: str) -> Path:
+def gateway_config(tmp: Path, vllm_url: str, triton_url: str, control_url: str | None = None) -> Path:
+    variants: dict[str, Any] = {
+        "vllm": {"kind": "openai_http", "preset": "vllm-cpu", "base_url": vllm_url, "model": VLLM_MODEL},
+        "triton": {"kind": "triton", "preset": "turnout-tiny", "url": triton_url},
+    }
+    if control_url is not None:
+        variants["control"] = {"kind": "openai_http", "base_url": control_url, "model": CONTROL_MODEL}
     config = {
-        "variants": {
-            "vllm": {"kind": "openai_http", "preset": "vllm-cpu", "base_url": vllm_url, "model": VLLM_MODEL},
-            "triton": {"kind": "triton", "preset": "turnout-tiny", "url": triton_url},
-        },
-        "routes": {
-            "vllm": {"targets": [{"variant": "vllm"}]},
-            "triton": {"targets": [{"variant": "triton"}]},
-        },
+        "variants": variants,
+        "routes": {name: {"targets": [{"variant": name}]} for name in variants},
         "store": {"url": f"sqlite:///{tmp / 'routes.db'}"},
         "auth": {"anonymous_clients": True},
     }
@@ -195,13 +205,18 @@ async def phase(
 
 
 def measure(
-    engine: str, reqs: dict[str, tuple[int, bytes]], sizes: dict[str, Any], rounds: int, jitter_s: float
+    engine: str,
+    reqs: dict[str, tuple[int, bytes]],
+    sizes: dict[str, Any],
+    rounds: int,
+    jitter_s: float,
+    levels: tuple[int, ...] = (1, 16),
 ) -> dict[str, dict[str, float]]:
     """Median over interleaved rounds of p50/p99 (ms) and req/s, per (path, concurrency)."""
     runs: dict[str, list[tuple[float, float, float, int]]] = {}
     for round_ in range(rounds):
         order = ["direct", "turnout"] if round_ % 2 == 0 else ["turnout", "direct"]
-        for concurrency in (1, 16):
+        for concurrency in levels:
             for path in order:
                 port, data = reqs[path]
                 result = _run_loop(
@@ -224,13 +239,15 @@ def measure(
     }
 
 
-def report(results: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
+def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 0.0) -> dict[str, Any]:
     header = ("direct p50", "turnout p50", "added p50 (ms)", "direct p99", "turnout p99", "direct req/s")
     header += ("turnout req/s", "throughput ratio", "errors")
     print("\n" + f"{'engine':8}{'conc':>5}" + "".join(f"{h:>{max(12, len(h) + 1)}}" for h in header))
-    summary: dict[str, Any] = {"results": results, "figures": {}, "targets": {}}
+    summary: dict[str, Any] = {"results": results, "figures": {}, "targets": {}, "control_ms": control_ms}
     for engine, rows in results.items():
         for concurrency in (1, 16):
+            if f"direct c={concurrency}" not in rows:
+                continue
             d, t = rows[f"direct c={concurrency}"], rows[f"turnout c={concurrency}"]
             added, ratio = t["p50_ms"] - d["p50_ms"], t["rps"] / d["rps"] if d["rps"] else float("nan")
             summary["figures"][f"{engine} c={concurrency}"] = {
@@ -244,6 +261,8 @@ def report(results: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
                 f"{engine:8}{concurrency:>5}"
                 + "".join(f"{c:>{w}.3f}" for c, w in zip(cells, widths, strict=True))
             )
+        if engine == "control":
+            continue  # no engine: a yardstick, not a target
         c1, c16 = summary["figures"][f"{engine} c=1"], summary["figures"][f"{engine} c=16"]
         summary["targets"][engine] = {
             "added p50 <= 1 ms (c=1)": c1["added_p50_ms"] <= TARGETS["added_p50_ms"],
@@ -253,6 +272,17 @@ def report(results: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
         print(
             f"targets ({engine}): "
             + ", ".join(f"{k}: {'PASS' if ok else 'MISS'}" for k, ok in checks.items())
+        )
+    control = summary["figures"].get("control c=1")
+    if control is not None:
+        base = control["added_p50_ms"]
+        beyond = ", ".join(
+            f"{engine} {summary['figures'][f'{engine} c=1']['added_p50_ms'] - base:+.3f} ms"
+            for engine in summary["targets"]
+        )
+        print(
+            f"control (fault server answering after {summary['control_ms']:g} ms, no engine): "
+            f"added p50 {base:.3f} ms at c=1; each engine's added p50 beyond it: {beyond}"
         )
     return summary
 
@@ -264,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vllm-url", help="a running vLLM OpenAI server serving turnout-tiny (…/v1)")
     parser.add_argument("--triton-url", help="a running Triton (HTTP base) serving deploy/triton_repo")
     parser.add_argument("--jitter-ms", type=float, default=1.0, help="c=16 think time, uniform 0..N ms")
+    parser.add_argument(
+        "--control-ms", type=float, default=5.0, help="the control's fault server latency (0: no control)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = {"c1_count": 400, "c1_s": 10.0, "c16_s": 6.0, "warmup": 20}
@@ -273,9 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     with (
         tempfile.TemporaryDirectory(prefix="turnout-bench-real-") as tmpdir,
         engines(args, Path(tmpdir)) as urls,
+        contextlib.ExitStack() as stack,
     ):
         tmp = Path(tmpdir)
-        with gateway_process(gateway_config(tmp, *urls), timeout=90) as gateway:
+        control_url = None
+        if args.control_ms > 0:
+            control = FaultServer(process=True, cpu=last_core(), default=f"latency={args.control_ms:g}")
+            control_url = stack.enter_context(control).url + "/v1"
+        with gateway_process(gateway_config(tmp, *urls, control_url), timeout=90) as gateway:
             print(f"vLLM {urls[0]}, Triton {urls[1]}, Turnout {gateway.url}", flush=True)
             results = {
                 engine: measure(
@@ -283,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for engine, url in zip(("vllm", "triton"), urls, strict=True)
             }
-    summary = report(results)
+            if control_url is not None:
+                reqs = requests("control", control_url, gateway.url)
+                results["control"] = measure("control", reqs, sizes, rounds, 0.0, levels=(1,))
+    summary = report(results, args.control_ms)
     if args.json:
         args.json.write_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     return 0
