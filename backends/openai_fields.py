@@ -17,9 +17,18 @@ from backends.logprobs import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 from serving.errors import ClientError
 
 # Accepted and ignored everywhere: they do not change what is generated.
-IGNORED_FIELDS = frozenset({"store", "metadata", "service_tier", "parallel_tool_calls", "suffix"})
-# Accepted only at their neutral value unless the engine maps them.
+IGNORED_FIELDS = frozenset({"store", "metadata", "service_tier", "parallel_tool_calls"})
+# OpenAI's own fields, accepted only at their neutral value unless the engine maps them; any
+# other value is "not supported by <engine>", not mistaken for a typo.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
+    "suffix": (None, ""),  # insertion: the answer would have to end before it
+    "response_format": (None, {"type": "text"}),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "prediction": (None,),
+    "reasoning_effort": (None,),
     "presence_penalty": (0, 0.0, None),
     "frequency_penalty": (0, 0.0, None),
     "logprobs": (False, None),

@@ -113,6 +113,20 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
         "presence_penalty",
     ),
     (
+        "json mode the engine cannot honour",
+        CHAT,
+        {"model": "turnout-tiny", "messages": OK_MESSAGES, "response_format": {"type": "json_object"}},
+        400,
+        "response_format",
+    ),
+    (
+        "insertion suffix",
+        COMPLETIONS,
+        {"model": "turnout-tiny", "prompt": "12+34=", "suffix": " done"},
+        400,
+        "suffix",
+    ),
+    (
         "image content",
         CHAT,
         {

@@ -1,0 +1,57 @@
+"""OpenAI request fields an adapter cannot express are a clear 400, never silently dropped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from backends.openai_fields import check_extra
+from serving.errors import ClientError
+
+ENGINE = "the embedded engine"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"store": True, "metadata": {"a": "b"}, "service_tier": "auto", "parallel_tool_calls": False},
+        {"suffix": None},
+        {"suffix": ""},
+        {"response_format": {"type": "text"}},
+        {"functions": [], "function_call": "none", "modalities": ["text"], "reasoning_effort": None},
+    ],
+)
+def test_fields_that_do_not_change_the_answer_are_accepted(extra: dict[str, Any]) -> None:
+    assert check_extra(extra, ENGINE) == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("suffix", " and that is all"),
+        ("response_format", {"type": "json_object"}),
+        ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+        ("functions", [{"name": "f", "parameters": {}}]),
+        ("modalities", ["text", "audio"]),
+        ("prediction", {"type": "content", "content": "x"}),
+        ("reasoning_effort", "high"),
+    ],
+)
+def test_known_fields_the_engine_cannot_express_are_named(name: str, value: Any) -> None:
+    with pytest.raises(ClientError) as caught:
+        check_extra({name: value}, ENGINE)
+    error = caught.value
+    assert (error.status, error.param, error.code) == (400, name, "unsupported_value")
+    assert str(error) == f"'{name}' is not supported by {ENGINE}"
+
+
+def test_an_unknown_field_gets_openais_wording() -> None:
+    with pytest.raises(ClientError, match="Unrecognized request argument supplied: respons_format") as caught:
+        check_extra({"respons_format": {"type": "json_object"}}, ENGINE)
+    assert caught.value.code == "unknown_field"
+
+
+def test_a_mapped_field_is_passed_at_any_value() -> None:
+    fmt = {"type": "json_object"}
+    assert check_extra({"response_format": fmt}, "X", mapped={"response_format"}) == {"response_format": fmt}
