@@ -321,7 +321,44 @@ def measure(name: str, port: int, sizes: Sizes, pid: int) -> dict[str, float]:
     return row
 
 
-def report(rows: dict[str, dict[str, float]]) -> dict[str, Any]:
+def cross_core_rtt_us(cores: tuple[int, int] = (0, 1), rounds: int = 5000) -> float | None:
+    """p50 µs of a 1-byte ping-pong between two processes pinned to ``cores`` (None: can't pin).
+
+    Context for the c=1 figures: direct, the load generator and the fault server share core 1;
+    through a gateway on core 0 a request crosses cores four times (two such round trips)."""
+    try:
+        if len(os.sched_getaffinity(0)) < 2:
+            return None
+    except (AttributeError, OSError):
+        return None
+    here, there = socket.socketpair()
+    child = os.fork()
+    if child == 0:  # the echoing side
+        try:
+            os.sched_setaffinity(0, {cores[1]})
+            for _ in range(rounds):
+                there.recv(1)
+                there.send(b"x")
+        finally:
+            os._exit(0)
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cores[0]})
+    times = []
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter_ns()
+            here.send(b"x")
+            here.recv(1)
+            times.append(time.perf_counter_ns() - start)
+    finally:
+        os.sched_setaffinity(0, previous)
+        os.waitpid(child, 0)
+        here.close()
+        there.close()
+    return sorted(times)[len(times) // 2] / 1e3
+
+
+def report(rows: dict[str, dict[str, float]], rtt_us: float | None = None) -> dict[str, Any]:
     direct = rows["direct"]
     for name, row in rows.items():
         if name != "direct":
@@ -339,7 +376,10 @@ def report(rows: dict[str, dict[str, float]]) -> dict[str, Any]:
     for label, key, digits in lines:
         cells = [f"{rows[n][key]:>12.{digits}f}" if key in rows[n] else f"{'-':>12}" for n in names]
         print(f"{label:28}" + "".join(cells))
-    summary: dict[str, Any] = {"rows": rows}
+    summary: dict[str, Any] = {"rows": rows, "cross_core_rtt_us": rtt_us}
+    if rtt_us is not None:
+        print(f"\nthis machine: cross-core round trip p50 {rtt_us:.1f} us (the c=1 path through a "
+              f"gateway makes two; direct makes none)")
     if "turnout" in rows and "litellm" in rows:
         t, lite = rows["turnout"], rows["litellm"]
         ratios = {"added_p50 turnout/litellm": t["added_p50_ms"] / lite["added_p50_ms"],
@@ -366,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = Sizes(300, 5, 2, 200, 50) if args.quick else Sizes(3000, 20, 5, 1500, 300)
+    rtt_us = cross_core_rtt_us(rounds=500 if args.quick else 5000)
     with contextlib.suppress(AttributeError, OSError):
         if len(os.sched_getaffinity(0)) > 1:
             os.sched_setaffinity(0, {1})  # the load generator shares core 1 with the fault server
@@ -393,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows["litellm"] = measure("litellm", port, sizes, proc.pid)
             except RuntimeError as exc:
                 print(f"LiteLLM skipped: {exc}\n{(tmp / 'litellm.log').read_text()[-3000:]}", flush=True)
-    summary = report(rows)
+    summary = report(rows, rtt_us)
     if args.json:
         args.json.write_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     return 0
