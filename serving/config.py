@@ -189,13 +189,16 @@ def parse_config(data: object, source: str = "<config>", base_dir: Path | None =
 
 def load_config(path: Path) -> GatewayConfig:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file (the byte at offset {exc.start} is not UTF-8)") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        where = str(exc).replace('"<unicode string>"', f'"{path}"')  # PyYAML names no file for a str
+        raise ConfigError(f"{path}: not valid YAML: {where}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return parse_config(data, str(path), base_dir=path.resolve().parent)

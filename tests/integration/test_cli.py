@@ -30,3 +30,25 @@ def test_help_lists_commands() -> None:
     )
     assert done.returncode == 0
     assert "serve" in done.stdout and "model" in done.stdout
+
+
+def test_a_port_out_of_range_is_a_usage_error() -> None:
+    for command in (["serve", "--port", "99999"], ["backends", "up", "triton", "--grpc-port", "-1"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "serving.cli", *command], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2, done.stderr
+        assert f"argument {command[-2]}: port {command[-1]} is outside 0-65535" in done.stderr
+
+
+def test_a_binary_config_is_named_not_a_traceback(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\xff")
+    done = subprocess.run(
+        [sys.executable, "-m", "serving.cli", "serve", "--config", str(config), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{config}: not a text file" in done.stderr

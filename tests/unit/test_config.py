@@ -75,6 +75,21 @@ def test_invalid_config_names_file_and_field(tmp_path: Path, text: str, expected
     assert expected in message
 
 
+def test_a_yaml_error_points_into_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "variants: [\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert f'in "{path}", line 2' in str(caught.value) and "<unicode string>" not in str(caught.value)
+
+
+def test_a_binary_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_bytes(b"variants:\n  a: \xd0\x00\xff\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).endswith("gateway.yaml: not a text file (the byte at offset 15 is not UTF-8)")
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "absent.yaml")

@@ -1,0 +1,24 @@
+"""Command-line value types: a bad port is argparse's error, naming the value."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from serving.cli_types import tcp_port
+
+
+@pytest.mark.parametrize(("text", "port"), [("0", 0), ("8000", 8000), ("65535", 65535)])
+def test_ports_in_range_are_accepted(text: str, port: int) -> None:
+    assert tcp_port(text) == port
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("65536", "port 65536 is outside 0-65535"), ("-1", "port -1 is outside 0-65535"),
+     ("80x", "not a port number: '80x'"), ("", "not a port number: ''")],
+)  # fmt: skip
+def test_bad_ports_are_argparse_errors(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        tcp_port(text)
