@@ -14,7 +14,14 @@ from typing import Any
 
 
 def register(commands: Any) -> None:
-    run = commands.add_parser("eval", help="measure accuracy through the gateway's API", description=__doc__)
+    run = commands.add_parser(
+        "eval",
+        help="measure accuracy through the gateway's API",
+        description="Run the evaluation tasks against MODEL through TARGET's OpenAI API and write "
+        "summary.json, summary.md and records.jsonl to OUT; with --reference, also the "
+        "exact-output agreement with another model. 'turnout compare' joins eval and load-test "
+        "runs into one report.",
+    )
     run.add_argument("--target", required=True, help="gateway base URL, e.g. http://127.0.0.1:8000")
     run.add_argument("--model", required=True, help="the route or variant to evaluate")
     run.add_argument("--tasks", default="addition,continuation", help="comma-separated tasks")
@@ -25,7 +32,12 @@ def register(commands: Any) -> None:
     run.add_argument("--chat", action="store_true", help="ask through /v1/chat/completions")
     run.add_argument("--api-key")
     run.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
-    compare = commands.add_parser("compare", help="join load and eval runs into one report")
+    compare = commands.add_parser(
+        "compare",
+        help="join load and eval runs into one report",
+        description="Join 'turnout loadtest' and 'turnout eval' run folders into one report "
+        "(report.md, report.html and plots) with a verdict per variant against the baseline.",
+    )
     compare.add_argument("--variants", required=True, help="comma-separated variant names")
     compare.add_argument("--load", type=Path, nargs="*", default=[], help="turnout loadtest run folders")
     compare.add_argument("--eval", type=Path, nargs="*", default=[], help="turnout eval run folders")

@@ -30,7 +30,9 @@ def register(commands: Any) -> None:
     run = commands.add_parser(
         "loadtest",
         help="load-test a gateway with locust (`turnout loadtest compare DIR…` to compare runs)",
-        description=__doc__,
+        description="Drive ROUTE on TARGET with locust, headless and bounded by --duration, and "
+        "write summary.json and summary.md (latency, time to first token, tokens/s, errors, SLO) "
+        "to OUT. 'turnout loadtest compare DIR…' prints runs side by side and draws a chart.",
     )
     run.add_argument("--target", required=True, help="gateway base URL, e.g. http://127.0.0.1:8000")
     run.add_argument("--route", required=True, help="the model name to request")

@@ -69,7 +69,13 @@ def _model_build(argv: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="turnout", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="turnout",
+        description="Turnout: an OpenAI-compatible LLM gateway with A/B splits, shadows, canaries "
+        "and rollbacks. 'turnout serve' with no arguments serves the project's own model (fp32, "
+        "int8, int4) on 127.0.0.1:8000 with the embedded CPU engine; 'turnout serve --config "
+        "gateway.yaml' serves the variants and routes it declares. 'turnout COMMAND --help' for more.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", help="gateway.yaml (default: the shipped model, all precisions)")

@@ -209,7 +209,11 @@ def _report(figures: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="turnout model build", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="turnout model build",
+        description="Re-create the shipped model deterministically: tokenizer, training, export "
+        "(Hugging Face folder, ONNX fp32/int8/int4) and evaluation. Needs turnout[model].",
+    )
     parser.add_argument("--out", type=Path, default=artifacts.ARTIFACTS_DIR, help="artifacts root folder")
     parser.add_argument("--quick", action="store_true", help="train a few steps only (pipeline check)")
     parser.add_argument("--seed", type=int, default=0)
