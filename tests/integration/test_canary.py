@@ -88,8 +88,11 @@ def test_a_slow_canary_is_rolled_back_with_the_reason(
     assert current["spec"]["canary"] is None
     assert "p95 latency" in current["reason"] and "> 150 ms over" in current["reason"]
     assert all(r.status_code == 200 for r in replies)
-    # Rolled back within the plan's bounds: about min_requests canary answers, plus those in flight.
-    assert 10 <= servers["slow"].stats()["requests"] <= 10 + 8
+    # Rolled back within the plan's bounds: about min_requests canary answers, plus those in flight
+    # (a few batches of 4 at 50% while the judge's tick and its store write run on a busy machine).
+    assert 10 <= servers["slow"].stats()["requests"] <= 10 + 16
+    # The store has version 3; the gateway applies it once its refresh after the write is done.
+    eventually(lambda: chat(gateway.url).headers["x-turnout-route-version"] == "3", timeout=3)
     before = servers["slow"].stats()["requests"]
     for _ in range(10):
         assert chat(gateway.url).headers["x-turnout-variant"] == "stable"

@@ -62,7 +62,12 @@ def test_operator_walkthrough(gateway: Launched) -> None:
     assert shadowed.returncode == 0, shadowed.stderr
     for i in range(6):
         assert chat(gateway.url, key=f"user-{i}").status_code == 200
-    eventually(lambda: "c" in httpx.get(f"{gateway.url}/admin/routes/chat/shadow", headers=admin()).text, 3)
+    shadow_url = f"{gateway.url}/admin/routes/chat/shadow"
+
+    def compared() -> int:  # shadows are compared once both answers are in, after the reply
+        return int(httpx.get(shadow_url, headers=admin()).json()["shadows"].get("c", {}).get("compared", 0))
+
+    eventually(lambda: compared() == 6, 5)
     summary = routes(gateway, "shadow", "chat")
     assert summary.returncode == 0 and "answer from c" in summary.stdout
 

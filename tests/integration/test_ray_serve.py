@@ -101,6 +101,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         )
         running = Cluster(launched.url, launched.pid, ray_dir, key, faults)
         stack.callback(running.disconnect)
+        _both_replicas_answering(running.url)
         yield running
         if request.session.testsfailed > failed_before:
             _keep_logs(ray_dir, tmp_path_factory.mktemp("ray-logs"))
@@ -114,6 +115,42 @@ def _chat(url: str, model: str = "chat", key: str | None = None, **body: Any) ->
     headers = {"authorization": f"Bearer {key}"} if key else {}
     payload = {"model": model, "messages": [{"role": "user", "content": "12+34="}], **body}
     return httpx.post(f"{url}/v1/chat/completions", json=payload, headers=headers, timeout=30)
+
+
+def _both_replicas_answering(url: str, timeout: float = 60.0) -> None:
+    """Until both gateway replicas have answered a chat (``/ready`` needs only one of them: each
+    replica warms up on its own, and Serve's proxy may learn of the second a moment later)."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while len(seen) < 2 and time.monotonic() < deadline:
+        reply = _chat(url)
+        if reply.status_code == 200:
+            seen.add(reply.headers["x-turnout-replica"])
+    assert len(seen) == 2, f"only {seen} answered within {timeout:.0f}s"
+
+
+def _answering(url: str, timeout: float = 60.0) -> None:
+    """Until ``url`` serves a chat: Serve's proxy learns a new application's route a moment
+    after ``serve.run`` returns, and answers 404 before that."""
+    deadline = time.monotonic() + timeout
+    while (status := _chat(url).status_code) != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status == 200, f"{url} not serving after {timeout:.0f}s (last status {status})"
+
+
+def _kill(actor: Any, **options: Any) -> None:
+    """``ray.kill`` only asks; return once the actor is dead, so that 'after the kill' means it."""
+    ray.kill(actor, **options)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.05)
+    raise AssertionError(f"{actor} still alive 30 s after ray.kill")
 
 
 def _answer(reply: httpx.Response) -> str:
@@ -230,7 +267,7 @@ def test_a_key_limit_holds_across_replicas(cluster: Cluster) -> None:
 
 
 def test_an_unreachable_rate_counter_is_reported_and_limits_fall_back_to_a_share(cluster: Cluster) -> None:
-    ray.kill(cluster.actor("TurnoutRateCounter"), no_restart=True)  # Serve starts a new one
+    _kill(cluster.actor("TurnoutRateCounter"), no_restart=True)  # Serve starts a new one
     seen = _answers(cluster.url, 8, key=cluster.key)
     admitted = sum(n for (_, answer), n in seen.items() if answer == "answer from b")
     assert admitted == 8  # the shared bucket is spent; each replica counts RPM / 2 from a fresh one
@@ -258,6 +295,8 @@ def test_replicas_sharing_a_postgresql_store_apply_a_flip(cluster: Cluster) -> N
         serve.run(ray_app.build_app({"config": config, "gateway_replicas": 2}), name="pg", route_prefix="/pg")
         try:
             url = f"{cluster.url}/pg"
+            _answering(url)
+            _both_replicas_answering(url)
             assert {answer for _, answer in _answers(url, 16)} == {"answer from a"}
             changed = put_route(url, "chat", {"targets": [{"variant": "b"}]}, version=1)
             assert changed.status_code == 200, changed.text
@@ -279,7 +318,7 @@ def _steady(
 ) -> tuple[float, list[tuple[float, Any]]]:
     """``send()`` in a loop from ``workers`` threads for ``seconds``; ``kill()`` on the way.
 
-    Returns when ``kill`` was called and every (time sent, result or exception)."""
+    Returns when ``kill`` had returned (the victim dead) and every (time sent, result or exception)."""
     results: list[tuple[float, Any]] = []
 
     def loop() -> None:
@@ -294,8 +333,8 @@ def _steady(
     with ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(loop) for _ in range(workers)]
         time.sleep(kill_after)
-        killed_at = time.monotonic()
         kill()
+        killed_at = time.monotonic()  # the actor is dead by now (``_kill``)
         for future in futures:
             future.result()
     return killed_at, results
@@ -304,7 +343,7 @@ def _steady(
 def test_killing_an_engine_replica_fails_only_streams_that_had_started(cluster: Cluster) -> None:
     victim = cluster.actor("TurnoutEngine-tiny")
     # Serve replaces the dead replica within a few seconds (health checks every 2 s, then model load).
-    killed_at, streams = _steady(lambda: _stream_tiny(cluster.url), 10.0, 2, lambda: ray.kill(victim), 1.5)
+    killed_at, streams = _steady(lambda: _stream_tiny(cluster.url), 10.0, 2, lambda: _kill(victim), 1.5)
 
     def complete(result: Any) -> bool:
         if not isinstance(result, tuple) or result[0] != 200 or len(result[1]) < 2:
@@ -326,7 +365,7 @@ def test_killing_a_gateway_replica_loses_no_request_it_had_not_taken(cluster: Cl
     def status() -> int:
         return _chat(cluster.url).status_code
 
-    killed_at, results = _steady(status, 6.0, 4, lambda: ray.kill(victim), 2.0)
+    killed_at, results = _steady(status, 6.0, 4, lambda: _kill(victim), 2.0)
     failed = [(sent, status) for sent, status in results if status != 200]
     after = [status for sent, status in results if sent > killed_at + 0.05]
     print(f"{len(results)} requests while killing a gateway replica; failed: {failed}")

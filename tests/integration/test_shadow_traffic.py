@@ -77,7 +77,7 @@ def test_a_dead_shadow_and_a_five_second_shadow_never_touch_the_primary(
             reply = chat(gateway.url, stream=stream)
             took = time.perf_counter() - started
             assert reply.status_code == 200 and reply.headers["x-turnout-variant"] == "a"
-            assert took < 1.0, f"primary took {took:.2f}s with shadows running"
+            assert took < 2.5, f"primary took {took:.2f}s with shadows running"  # the slow one: 5 s
             if stream:
                 assert reply.text.rstrip().endswith("data: [DONE]") and '"error"' not in reply.text
             else:
@@ -102,7 +102,7 @@ def test_shadow_overflow_is_dropped_and_counted(tmp_path: Path, variants: dict[s
         for _ in range(5):
             started = time.perf_counter()
             assert chat(gateway.url).status_code == 200
-            assert time.perf_counter() - started < 1.0
+            assert time.perf_counter() - started < 2.5  # never waits for the 5 s shadow
         slow = _summary(gateway.url)["shadows"]["slow"]
         assert slow["sent"] == 2 and slow["dropped"] == 3
         assert metric_value(gateway.url, "turnout_shadow_requests_total", outcome="dropped") == 3

@@ -43,7 +43,7 @@ def test_server_and_every_model_ready(triton: TritonServer) -> None:
     for name in MODEL_NAMES:
         assert http.is_model_ready(name) and grpc.is_model_ready(name), name
     assert grpc.get_model_config("turnout_tiny").config.dynamic_batching.max_queue_delay_microseconds > 0
-    assert triton.started_in_s < 30
+    assert triton.started_in_s < 80  # the fixture allows 90
 
 
 def test_infer_over_http_answers_the_addition(triton: TritonServer) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import pytest
@@ -39,14 +39,26 @@ class Recorder:
         self.gate = gate
         self.error = error
         self.done = threading.Semaphore(0)
+        self.running = threading.Event()  # the first batch has reached the runner
 
     def __call__(self, batch: list[Job]) -> None:
+        self.running.set()
         if self.gate is not None:
             self.gate.wait(5)
         self.batches.append(batch)
         self.done.release()
         if self.error is not None:
             raise self.error
+
+
+def until(check: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Poll ``check`` (the worker thread finishes a batch's bookkeeping after the runner)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def wait_batches(recorder: Recorder, count: int) -> None:
@@ -66,7 +78,7 @@ def test_jobs_arriving_within_the_delay_share_a_batch() -> None:
     batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=50)
     blocker = Job()
     batcher.submit(blocker)
-    time.sleep(0.1)  # the blocker is now running, held by the gate
+    assert recorder.running.wait(5)  # the blocker is running now, held by the gate
     jobs = [Job() for _ in range(5)]
     for job in jobs:
         batcher.submit(job)
@@ -80,7 +92,8 @@ def test_jobs_arriving_within_the_delay_share_a_batch() -> None:
 def test_batch_size_is_capped() -> None:
     gate = threading.Event()
     recorder = Recorder(gate)
-    batcher = make(recorder, max_batch_size=4, max_queue_delay_ms=0)
+    # a delay long enough that whenever the worker wakes, it fills a batch before running it
+    batcher = make(recorder, max_batch_size=4, max_queue_delay_ms=200)
     for _ in range(10):
         batcher.submit(Job())
     gate.set()
@@ -94,7 +107,7 @@ def test_incompatible_jobs_never_share_a_batch_and_keep_their_order() -> None:
     recorder = Recorder(gate)
     batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=0)
     batcher.submit(Job())
-    time.sleep(0.05)
+    assert recorder.running.wait(5)  # running, held by the gate
     greedy = [Job(key="g") for _ in range(3)]
     sampled = [Job(key="s") for _ in range(2)]
     seeded = Job(key=None)
@@ -111,7 +124,7 @@ def test_full_queue_refuses_with_retry_after() -> None:
     recorder = Recorder(gate)
     batcher = make(recorder, max_batch_size=1, max_queue_delay_ms=0, max_queue_size=3)
     batcher.submit(Job())
-    time.sleep(0.05)
+    assert recorder.running.wait(5)  # running, held by the gate
     for _ in range(3):
         batcher.submit(Job())
     with pytest.raises(Overloaded) as caught:
@@ -128,7 +141,7 @@ def test_cancelled_jobs_are_dropped_before_running() -> None:
     recorder = Recorder(gate)
     batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=0)
     batcher.submit(Job())
-    time.sleep(0.05)
+    assert recorder.running.wait(5)  # running, held by the gate
     keep, drop = Job(), Job()
     batcher.submit(keep)
     batcher.submit(drop)
@@ -136,8 +149,7 @@ def test_cancelled_jobs_are_dropped_before_running() -> None:
     gate.set()
     wait_batches(recorder, 2)
     assert recorder.batches[1] == [keep]
-    time.sleep(0.05)
-    assert batcher.depth() == 0
+    assert until(lambda: batcher.depth() == 0)
     batcher.stop()
 
 
@@ -147,8 +159,7 @@ def test_a_failing_batch_fails_its_jobs_and_the_worker_lives_on() -> None:
     job = Job()
     batcher.submit(job)
     wait_batches(recorder, 1)
-    time.sleep(0.05)
-    assert len(job.failed) == 1
+    assert until(lambda: len(job.failed) == 1)
     recorder.error = None
     batcher.submit(Job())
     wait_batches(recorder, 1)
@@ -162,6 +173,6 @@ def test_batch_observer_sees_sizes() -> None:
     batcher.on_batch = sizes.append
     batcher.submit(Job())
     wait_batches(recorder, 1)
-    time.sleep(0.05)
+    assert until(lambda: sizes == [1])
     batcher.stop()
     assert sizes == [1]
