@@ -83,7 +83,7 @@ def parse_weights(items: Sequence[str]) -> list[WeightedTarget]:
         if not sep or not variant.strip() or not weight.strip():
             raise EditError(f"expected VARIANT=WEIGHT, got {item!r}")
         try:
-            targets.append(WeightedTarget(variant=variant.strip(), weight=_number(weight, variant)))
+            targets.append(WeightedTarget(variant=variant.strip(), weight=_number(weight, item)))
         except ValidationError as exc:
             raise EditError(f"{item}: {_reason(exc)}") from None
     return targets

@@ -67,6 +67,11 @@ def test_parse_weights_rejects(bad: list[str]) -> None:
         parse_weights(bad)
 
 
+def test_a_weight_that_is_not_a_number_names_the_pair() -> None:
+    with pytest.raises(EditError, match=r"^b=abc: not a number: 'abc'$"):
+        parse_weights(["a=70", "b=abc"])
+
+
 def test_parse_steps() -> None:
     assert parse_steps("5, 25,50,100") == [5.0, 25.0, 50.0, 100.0]
     with pytest.raises(EditError):
