@@ -118,24 +118,18 @@ def _chat(url: str, model: str = "chat", key: str | None = None, **body: Any) ->
 
 
 def _both_replicas_answering(url: str, timeout: float = 60.0) -> None:
-    """Until both gateway replicas have answered a chat (``/ready`` needs only one of them: each
-    replica warms up on its own, and Serve's proxy may learn of the second a moment later)."""
+    """Until both gateway replicas have answered a chat. ``/ready`` needs only one of them (each
+    replica warms up on its own), and Serve's proxy answers 404 for a new application's route
+    until it has learned it, a moment after ``serve.run`` returns."""
     seen: set[str] = set()
     deadline = time.monotonic() + timeout
     while len(seen) < 2 and time.monotonic() < deadline:
         reply = _chat(url)
         if reply.status_code == 200:
             seen.add(reply.headers["x-turnout-replica"])
+        else:
+            time.sleep(0.2)
     assert len(seen) == 2, f"only {seen} answered within {timeout:.0f}s"
-
-
-def _answering(url: str, timeout: float = 60.0) -> None:
-    """Until ``url`` serves a chat: Serve's proxy learns a new application's route a moment
-    after ``serve.run`` returns, and answers 404 before that."""
-    deadline = time.monotonic() + timeout
-    while (status := _chat(url).status_code) != 200 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert status == 200, f"{url} not serving after {timeout:.0f}s (last status {status})"
 
 
 def _kill(actor: Any, **options: Any) -> None:
@@ -145,7 +139,7 @@ def _kill(actor: Any, **options: Any) -> None:
     while time.monotonic() < deadline:
         try:
             ray.get(actor.__ray_ready__.remote(), timeout=5)
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+        except ray.exceptions.RayActorError:  # ActorDiedError too
             return
         except ray.exceptions.GetTimeoutError:
             continue
@@ -295,7 +289,6 @@ def test_replicas_sharing_a_postgresql_store_apply_a_flip(cluster: Cluster) -> N
         serve.run(ray_app.build_app({"config": config, "gateway_replicas": 2}), name="pg", route_prefix="/pg")
         try:
             url = f"{cluster.url}/pg"
-            _answering(url)
             _both_replicas_answering(url)
             assert {answer for _, answer in _answers(url, 16)} == {"answer from a"}
             changed = put_route(url, "chat", {"targets": [{"variant": "b"}]}, version=1)

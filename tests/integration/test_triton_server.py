@@ -255,7 +255,10 @@ def _read_lines(proc: subprocess.Popen[bytes]) -> queue.Queue[bytes]:
     return lines
 
 
-def _wait_for_line(lines: queue.Queue[bytes], needle: bytes, seen: list[bytes], timeout: float) -> bool:
+def _wait_for_line(
+    lines: queue.Queue[bytes], needle: bytes | None, seen: list[bytes], timeout: float
+) -> bool:
+    """Collect lines into ``seen`` until one holds ``needle`` (None: until the output ends)."""
     deadline = time.monotonic() + timeout
     while (left := deadline - time.monotonic()) > 0:
         try:
@@ -263,9 +266,9 @@ def _wait_for_line(lines: queue.Queue[bytes], needle: bytes, seen: list[bytes], 
         except queue.Empty:
             return False
         if not line:
-            return False
+            return needle is None
         seen.append(line)
-        if needle in line:
+        if needle is not None and needle in line:
             return True
     return False
 
@@ -300,7 +303,7 @@ def test_cli_runs_triton_in_the_foreground_until_ctrl_c(triton: TritonServer, tm
         proc.wait(30)
     finally:
         _stop(proc)
-    _wait_for_line(lines, b"\0", seen, 30)  # the rest of the output, until it ends
+    assert _wait_for_line(lines, None, seen, 30)  # the rest of the output, until it ends
     out = b"".join(seen)
     assert proc.returncode == 0, out
     assert b"triton ready" in out
