@@ -88,11 +88,12 @@ def test_a_loaded_triton_replica_gets_fewer_new_requests(gateway: str, triton: T
                 name = "turnout_backend_requests_waiting"
                 return metric_value(gateway, name, variant="pool", replica="0") > 0
 
-            eventually(queued, timeout=20)
-            _send(gateway, 20)
+            for _ in range(20):  # each one while the gateway sees replica 0's queue (the flood
+                eventually(queued, timeout=20)  # ebbs now and then on a busy machine)
+                _send(gateway, 1)
         finally:
             stop.set()
     loaded = _picked(gateway)
     to_first, to_second = loaded[0] - idle[0], loaded[1] - idle[1]
     print(f"idle: {idle}; while replica 0 was flooded: {to_first} to it, {to_second} to replica 1")
-    assert to_first + to_second == 20 and to_second >= 15
+    assert to_first + to_second == 20 and to_second >= 17
