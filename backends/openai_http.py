@@ -142,6 +142,9 @@ class OpenAIHttpBackend:
             headers=self._headers,
             auto_decompress=False,
             trust_env=False,
+            # One session serves every client: an upstream's Set-Cookie must not ride along on
+            # other clients' requests (and skipping the jar saves work on every call).
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def close(self) -> None:
