@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
-from starlette.routing import request_response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.base import Backend
@@ -126,8 +126,8 @@ def create_app(
 
     app = GatewayApp(title="Turnout", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.hot_routes = {
-        "/v1/chat/completions": request_response(openai_routes.chat_completions),
-        "/v1/completions": request_response(openai_routes.completions),
+        "/v1/chat/completions": openai_routes.chat_completions,
+        "/v1/completions": openai_routes.completions,
     }
     app.state.turnout = AppState(
         gateway=gateway,
@@ -141,8 +141,8 @@ def create_app(
         canary=canary,
         variant_aliases=config.variant_aliases,
     )
-    app.add_route("/v1/chat/completions", openai_routes.chat_completions, methods=["POST"])
-    app.add_route("/v1/completions", openai_routes.completions, methods=["POST"])
+    for path, endpoint in app.hot_routes.items():  # the way in under a path prefix (Ray Serve)
+        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
     app.add_route("/v1/models", openai_routes.list_models, methods=["GET"])
     app.add_route("/v1/models/{model:path}", openai_routes.get_model, methods=["GET"])
     app.add_route("/health", health.health, methods=["GET"])

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from backends.base import Backend, Chunk, Completion, GenerateRequest
+from backends.base import Backend, Chunk, Completion, GenerateRequest, Usage
 from serving.config import GatewayConfig
 from serving.errors import BackendError, BackendUnavailable, NotFound, Overloaded, TurnoutError
 from serving.metrics import GatewayMetrics
@@ -124,7 +124,7 @@ class Gateway:
             raise
         resolve(waiting, Answer(200, result.text, self._clock() - started))
         self._observe(routed, variant, endpoint, 200, attempt_started, None)
-        self._count_tokens(routed, variant, result.usage.prompt_tokens, result.usage.completion_tokens)
+        self._count_tokens(routed, variant, endpoint, result.usage)
         return result
 
     async def stream(self, routed: Routed, request: GenerateRequest, endpoint: str) -> AsyncIterator[Chunk]:
@@ -152,7 +152,7 @@ class Gateway:
             resolve(waiting, Answer(499, "", self._clock() - started))
             raise
         ttft = self._clock() - attempt_started
-        self.metrics.ttft.labels(routed.route.name, variant, endpoint).observe(ttft)
+        self.metrics.series(routed.route.name, variant, endpoint).ttft.observe(ttft)
         return self._observed_stream(
             routed, variant, endpoint, attempt_started, ttft, first, upstream, waiting
         )
@@ -196,8 +196,7 @@ class Gateway:
                 f"no variant of '{routed.route.name}' is available: circuit open for {', '.join(skipped)}",
                 code="circuit_open",
             )
-        status = str(last_error.status)
-        self.metrics.requests.labels(routed.route.name, routed.served_by, endpoint, status).inc()
+        self.metrics.series(routed.route.name, routed.served_by, endpoint).requests(last_error.status).inc()
         raise last_error
 
     async def _observed_stream(
@@ -235,7 +234,7 @@ class Gateway:
             if waiting:
                 resolve(waiting, Answer(status, "".join(pieces or ()), self._clock() - started))
             if last.usage is not None:
-                self._count_tokens(routed, variant, last.usage.prompt_tokens, last.usage.completion_tokens)
+                self._count_tokens(routed, variant, endpoint, last.usage)
 
     # -- side effects ------------------------------------------------------------------------
 
@@ -276,15 +275,15 @@ class Gateway:
     def _observe(
         self, routed: Routed, variant: str, endpoint: str, status: int, started: float, ttft: float | None
     ) -> None:
-        route = routed.route.name
-        self.metrics.requests.labels(route, variant, endpoint, str(status)).inc()
-        self.metrics.latency.labels(route, variant, endpoint).observe(self._clock() - started)
+        series = self.metrics.series(routed.route.name, variant, endpoint)
+        series.requests(status).inc()
+        series.latency.observe(self._clock() - started)
         self._sample(routed, variant, status, started, ttft)
 
-    def _count_tokens(self, routed: Routed, variant: str, prompt: int, completion: int) -> None:
-        route = routed.route.name
-        self.metrics.tokens.labels(route, variant, "prompt").inc(prompt)
-        self.metrics.tokens.labels(route, variant, "completion").inc(completion)
+    def _count_tokens(self, routed: Routed, variant: str, endpoint: str, usage: Usage) -> None:
+        series = self.metrics.series(routed.route.name, variant, endpoint)
+        series.prompt_tokens.inc(usage.prompt_tokens)
+        series.completion_tokens.inc(usage.completion_tokens)
 
 
 async def _close(upstream: AsyncIterator[Chunk]) -> None:

@@ -78,6 +78,31 @@ class ReplicaFigures:
 
 ReplicaStats = Callable[[], Mapping[str, Sequence[ReplicaFigures]]]
 
+
+class RequestSeries:
+    """The series one (route, variant, endpoint) writes per request, looked up once.
+
+    ``labels()`` validates and locks on every call; the request path writes four or five
+    series per request, so :meth:`GatewayMetrics.series` hands out these children instead.
+    """
+
+    __slots__ = ("_labels", "_requests", "_statuses", "completion_tokens", "latency", "prompt_tokens", "ttft")
+
+    def __init__(self, metrics: GatewayMetrics, route: str, variant: str, endpoint: str) -> None:
+        self._requests = metrics.requests
+        self._statuses: dict[int, Counter] = {}
+        self.latency = metrics.latency.labels(route, variant, endpoint)
+        self.ttft = metrics.ttft.labels(route, variant, endpoint)
+        self.prompt_tokens = metrics.tokens.labels(route, variant, "prompt")
+        self.completion_tokens = metrics.tokens.labels(route, variant, "completion")
+        self._labels = (route, variant, endpoint)
+
+    def requests(self, status: int) -> Counter:
+        child = self._statuses.get(status)
+        if child is None:
+            child = self._statuses[status] = self._requests.labels(*self._labels, str(status))
+        return child
+
 _REPLICA_GAUGES = (
     ("turnout_backend_requests_waiting", "Requests waiting in a replica's engine queue (its own metrics)"),
     ("turnout_backend_requests_running", "Requests a replica's engine is running (its own metrics)"),
@@ -208,10 +233,18 @@ class GatewayMetrics:
             ["variant", "kind", "engine", "vendor", "accelerator", "spec"],
             registry=self.registry,
         )
+        self._series: dict[tuple[str, str, str], RequestSeries] = {}
         if engine_stats is not None:
             self.registry.register(_EngineCollector(engine_stats))
         if replica_stats is not None:
             self.registry.register(_ReplicaCollector(replica_stats))
+
+    def series(self, route: str, variant: str, endpoint: str) -> RequestSeries:
+        key = (route, variant, endpoint)
+        found = self._series.get(key)
+        if found is None:
+            found = self._series[key] = RequestSeries(self, route, variant, endpoint)
+        return found
 
     def batch_observer(self, variant: str) -> Callable[[int], None]:
         child = self.batch_size.labels(variant)
