@@ -7,6 +7,7 @@ backends are built here (one adapter per variant) and started/closed in the life
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -85,9 +86,13 @@ def create_app(
     *,
     backends: Mapping[str, Backend] | None = None,
     limiter: Callable[[GatewayMetrics], Limiter] | None = None,
+    freeze_heap: bool = False,
 ) -> FastAPI:
     """The gateway app. ``backends`` replaces the adapters of the variants it names (Ray Serve
-    engine handles, ``serving.ray_app``); ``limiter`` builds a rate limiter shared by replicas."""
+    engine handles, ``serving.ray_app``); ``limiter`` builds a rate limiter shared by replicas.
+    ``freeze_heap``: the process is this app's alone (``turnout serve``, a Serve replica), so
+    once started, move every object so far out of the garbage collector's sight (``gc.freeze``).
+    """
     config = config or default_config()
     given = backends or {}
     backends = {
@@ -116,6 +121,12 @@ def create_app(
         await sync.start(dict(config.routes))
         canary.start()
         await asyncio.gather(*(backend.start() for backend in backends.values()))
+        if freeze_heap:
+            # The ~100k objects of imports, config and engines live as long as the process; left
+            # in the heap, each full collection walked them all (about 60 ms here, every few
+            # thousand requests under load: a latency spike and ~30 us of CPU a request).
+            gc.collect()
+            gc.freeze()
         try:
             yield
         finally:

@@ -35,7 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     try:
-        app = create_app(config)
+        app = create_app(config, freeze_heap=True)
     except ConfigError as exc:
         print(f"turnout: {exc}", file=sys.stderr)
         return 2

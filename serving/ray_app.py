@@ -152,7 +152,7 @@ class TurnoutGateway:
                 kind="ray_serve", engine="onnxruntime-genai", vendor="cpu", accelerator=accelerator
             )
             backends[name] = RayEngineBackend(name, handle, info, figures)
-        app = create_app(self.config, backends=backends, limiter=self._limiter)
+        app = create_app(self.config, backends=backends, limiter=self._limiter, freeze_heap=True)
         replica = serve.get_replica_context().replica_id.unique_id
         return _ReplicaEdge(app, replica, self._warm)
 
