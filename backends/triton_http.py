@@ -64,6 +64,7 @@ class TritonHttp:
             headers={"content-type": "application/json", "user-agent": "turnout"},
             auto_decompress=False,
             trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),  # shared by every client: replay no one's cookie
         )
 
     async def close(self) -> None:

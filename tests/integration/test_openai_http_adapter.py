@@ -313,36 +313,6 @@ async def test_pool_exhaustion_is_a_timeout_and_a_broken_stream_frees_its_slot(
         assert result.text == DEFAULT_REPLY
 
 
-async def test_an_upstream_cookie_is_not_sent_on_later_requests() -> None:
-    """One pooled session serves every client: a Set-Cookie from one answer must not ride along."""
-    from aiohttp import web
-
-    seen: list[str | None] = []
-
-    async def answer(request: web.Request) -> web.Response:
-        seen.append(request.headers.get("cookie"))
-        body = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {}}
-        response = web.json_response(body)
-        response.set_cookie("session", f"client-{len(seen)}")
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        # A host name, not an IP: aiohttp keeps cookies only from named hosts.
-        async with backend_for(f"http://localhost:{port}/v1") as backend:
-            for _ in range(3):
-                assert (await asyncio.wait_for(backend.complete(chat()), LIMIT)).text == "ok"
-    finally:
-        await runner.cleanup()
-    assert seen == [None, None, None]
-
-
 async def test_request_id_cannot_inject_headers(fault_server: FaultServer) -> None:
     async with backend_for(fault_server.base_url) as backend:
         request = chat("echo")
