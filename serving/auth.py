@@ -112,7 +112,7 @@ class KeyRing:
 
     def lookup(self, key: str | None) -> Principal | None:
         """The principal for a presented key, or None when it is missing, unknown or revoked."""
-        if not key:
+        if not key or not self._by_hash:  # no keys at all: nothing to hash the key for
             return None
         digest = hash_key(key)
         found = self._by_hash.get(digest)

@@ -123,8 +123,7 @@ class Gateway:
             resolve(waiting, Answer(499, "", self._clock() - started))
             raise
         resolve(waiting, Answer(200, result.text, self._clock() - started))
-        self._observe(routed, variant, endpoint, 200, attempt_started, None)
-        self._count_tokens(routed, variant, endpoint, result.usage)
+        self._observe(routed, variant, endpoint, 200, attempt_started, None, result.usage)
         return result
 
     async def stream(self, routed: Routed, request: GenerateRequest, endpoint: str) -> AsyncIterator[Chunk]:
@@ -152,7 +151,7 @@ class Gateway:
             resolve(waiting, Answer(499, "", self._clock() - started))
             raise
         ttft = self._clock() - attempt_started
-        self.metrics.series(routed.route.name, variant, endpoint).ttft.observe(ttft)
+        _after_this_turn(self.metrics.series(routed.route.name, variant, endpoint).ttft.observe, ttft)
         return self._observed_stream(
             routed, variant, endpoint, attempt_started, ttft, first, upstream, waiting
         )
@@ -230,11 +229,9 @@ class Gateway:
             raise
         finally:
             await _close(upstream)
-            self._observe(routed, variant, endpoint, status, started, ttft)
+            self._observe(routed, variant, endpoint, status, started, ttft, last.usage)
             if waiting:
                 resolve(waiting, Answer(status, "".join(pieces or ()), self._clock() - started))
-            if last.usage is not None:
-                self._count_tokens(routed, variant, endpoint, last.usage)
 
     # -- side effects ------------------------------------------------------------------------
 
@@ -266,24 +263,61 @@ class Gateway:
             self.metrics.breaker_open.labels(variant).set(1.0 if is_open else 0.0)
 
     def _sample(self, routed: Routed, variant: str, status: int, started: float, ttft: float | None) -> None:
+        self._record_sample(routed, variant, status, self._wall(), self._clock() - started, ttft)
+
+    def _record_sample(
+        self, routed: Routed, variant: str, status: int, at: float, elapsed: float, ttft: float | None
+    ) -> None:
         plan = routed.route.spec.canary
         if plan is None or status == 499 or variant not in (plan.stable, plan.canary):
             return
-        sample = Sample(self._wall(), not counts_as_error(status), self._clock() - started, ttft)
+        sample = Sample(at, not counts_as_error(status), elapsed, ttft)
         self.observations.record(routed.route.name, variant, sample)
 
     def _observe(
-        self, routed: Routed, variant: str, endpoint: str, status: int, started: float, ttft: float | None
+        self,
+        routed: Routed,
+        variant: str,
+        endpoint: str,
+        status: int,
+        started: float,
+        ttft: float | None,
+        usage: Usage | None = None,
+    ) -> None:
+        """Time a finished attempt now; write its metrics and canary sample once the answer is out."""
+        elapsed, at = self._clock() - started, self._wall()
+        _after_this_turn(self._record, routed, variant, endpoint, status, at, elapsed, ttft, usage)
+
+    def _record(
+        self,
+        routed: Routed,
+        variant: str,
+        endpoint: str,
+        status: int,
+        at: float,
+        elapsed: float,
+        ttft: float | None,
+        usage: Usage | None,
     ) -> None:
         series = self.metrics.series(routed.route.name, variant, endpoint)
         series.requests(status).inc()
-        series.latency.observe(self._clock() - started)
-        self._sample(routed, variant, status, started, ttft)
+        series.latency.observe(elapsed)
+        if usage is not None:
+            series.prompt_tokens.inc(usage.prompt_tokens)
+            series.completion_tokens.inc(usage.completion_tokens)
+        self._record_sample(routed, variant, status, at, elapsed, ttft)
 
-    def _count_tokens(self, routed: Routed, variant: str, endpoint: str, usage: Usage) -> None:
-        series = self.metrics.series(routed.route.name, variant, endpoint)
-        series.prompt_tokens.inc(usage.prompt_tokens)
-        series.completion_tokens.inc(usage.completion_tokens)
+
+def _after_this_turn(record: Callable[..., None], *args: object) -> None:
+    """Run ``record`` when the current task next yields, i.e. after the answer it is writing has
+    been handed to the socket (uvicorn's send does not yield): bookkeeping stays off the latency
+    path. Outside a running loop (a generator finalized at shutdown) it runs at once."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        record(*args)
+        return
+    loop.call_soon(record, *args)
 
 
 async def _close(upstream: AsyncIterator[Chunk]) -> None:

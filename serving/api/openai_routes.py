@@ -9,7 +9,9 @@ no Starlette Request) because this is the hot path of every request.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -93,8 +95,25 @@ def parse_wire(model: type[Wire], body: bytes) -> Wire:
         raise ClientError(message, param=param, code="invalid_value") from None
 
 
-def _new_request_id() -> str:
-    return secrets.token_hex(16)  # 32 hex digits, like uuid4().hex, at a third of the cost
+class _RequestIds:
+    """Request ids of 32 hex digits (as ``uuid4().hex``): a random prefix per process, then a counter.
+
+    Unique across gateway processes without a random draw (a syscall) per request; a forked
+    child draws its own prefix."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._prefix = secrets.token_hex(8)
+        self._counter = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._counter):016x}"
+
+
+_new_request_id = _RequestIds()
 
 
 def chat_body(
