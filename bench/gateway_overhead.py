@@ -2,7 +2,9 @@
 
 Path measured: load generator → [gateway] → ``backends/fault.py`` (the fast fake upstream).
 The same load runs (a) straight at the fault server, (b) through ``turnout serve`` and (c)
-through the LiteLLM proxy, so (b) − (a) and (c) − (a) are the latency each gateway adds.
+through the LiteLLM proxy, so (b) − (a) and (c) − (a) are the latency each gateway adds. A
+``bare`` row (``bench/bare_proxy.py``: uvicorn + aiohttp relaying the body, no gateway logic)
+shows the floor of the chosen stack on this machine; Turnout minus bare is its own logic.
 
 Placement on the 2 cores: gateways run alone on core 0 (``taskset -c 0``, one uvicorn
 worker); the fault server and this process (the load generator) share core 1. The load
@@ -14,7 +16,7 @@ concurrency 32 for a fixed duration (req/s), and streaming chat at concurrency 1
 the first body byte). LiteLLM lives in its own venv, ``bench/.venv-litellm``, made on first
 use; (c) is skipped with a message when it cannot be installed.
 
-    python bench/gateway_overhead.py [--quick] [--skip-litellm] [--json out.json]
+    python bench/gateway_overhead.py [--quick] [--skip-litellm] [--skip-bare] [--json out.json]
 """
 
 from __future__ import annotations
@@ -239,6 +241,11 @@ def turnout_cmd(fault_url: str, port: int, tmp: Path, shadow_rate: float | None 
     return [*base, "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]
 
 
+def bare_cmd(fault_url: str, port: int) -> list[str]:
+    """``bench/bare_proxy.py``: uvicorn + aiohttp relaying the request, none of Turnout's logic."""
+    return [sys.executable, str(ROOT / "bench" / "bare_proxy.py"), fault_url, str(port)]
+
+
 def ensure_litellm() -> Path | None:
     """The ``litellm`` executable in bench/.venv-litellm, installing it on first use."""
     exe = LITELLM_VENV / "bin" / "litellm"
@@ -380,6 +387,11 @@ def report(rows: dict[str, dict[str, float]], rtt_us: float | None = None) -> di
     if rtt_us is not None:
         print(f"\nthis machine: cross-core round trip p50 {rtt_us:.1f} us (the c=1 path through a "
               f"gateway makes two; direct makes none)")
+    if "turnout" in rows and "bare" in rows:
+        beyond = rows["turnout"]["p50_ms"] - rows["bare"]["p50_ms"]
+        summary["turnout_beyond_bare_p50_ms"] = beyond
+        print(f"Turnout's own logic (turnout - bare, c=1 p50): {beyond:+.3f} ms; the bare uvicorn + "
+              f"aiohttp relay adds {rows['bare']['added_p50_ms']:.3f} ms by itself")
     if "turnout" in rows and "litellm" in rows:
         t, lite = rows["turnout"], rows["litellm"]
         ratios = {"added_p50 turnout/litellm": t["added_p50_ms"] / lite["added_p50_ms"],
@@ -403,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
     parser.add_argument("--skip-turnout", action="store_true")
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--skip-bare", action="store_true", help="leave out the bare uvicorn+aiohttp row")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = Sizes(300, 5, 2, 200, 50) if args.quick else Sizes(3000, 20, 5, 1500, 300)
@@ -425,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
                     rows["turnout"] = measure("turnout", port, sizes, proc.pid)
             except RuntimeError as exc:
                 print(f"Turnout failed: {exc}\n{(tmp / 'turnout.log').read_text()[-3000:]}", flush=True)
+        if not args.skip_bare:
+            port = _free_port()
+            with gateway(bare_cmd(fault.url, port), port, 60) as proc:
+                rows["bare"] = measure("bare", port, sizes, proc.pid)
         exe = None if args.skip_litellm else ensure_litellm()
         if exe is not None:
             port = _free_port()

@@ -16,7 +16,9 @@ Targets (issue 4): added p50 ≤ 1 ms, throughput ratio (Turnout / direct) ≥ 0
 
 A control row (``--control-ms``, default 5; 0 leaves it out) runs the same c=1 comparison
 against the fault server answering after that many ms, through an ``openai_http`` variant: the
-gateway's path with no engine at all, idle for about as long as it waits for Triton. On this VM
+gateway's path with no engine at all, idle for about as long as it waits for Triton. With it, a
+third path goes through ``bench/bare_proxy.py`` (uvicorn + aiohttp relaying the body, none of
+Turnout's logic): what the chosen stack and the extra hop cost by themselves after that idle. On this VM
 a core that has idled a few ms wakes slowly (a cross-core ping-pong is ~40 µs busy, ~145 µs
 after 5 ms idle) and the gateway's Python then runs on cold caches, so the control adds far more
 than ``gateway_overhead.py``'s back-to-back figure; an engine's added p50 minus the control's is
@@ -44,6 +46,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,7 +61,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from gateway_overhead import PhaseResult, _Conn, _run_loop  # noqa: E402
+from gateway_overhead import PhaseResult, _Conn, _run_loop, _wait_answering, bare_cmd  # noqa: E402
 
 from backends.fault import FaultServer  # noqa: E402
 from serving.launcher import free_port, gateway_process  # noqa: E402
@@ -88,6 +91,19 @@ def requests(engine: str, engine_url: str, gateway_url: str) -> dict[str, tuple[
         return {"direct": post(engine_url, path, {**openai_body, "model": model}), "turnout": through}
     generate = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
     return {"direct": post(engine_url, "/v2/models/turnout_tiny/generate", generate), "turnout": through}
+
+
+@contextlib.contextmanager
+def bare_relay(upstream: str) -> Iterator[str]:
+    """``bench/bare_proxy.py`` in front of ``upstream``, placed like the gateway (not pinned)."""
+    port = free_port()
+    proc = subprocess.Popen(bare_cmd(upstream, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_answering(port, proc, 60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def last_core() -> int | None:
@@ -215,7 +231,7 @@ def measure(
     """Median over interleaved rounds of p50/p99 (ms) and req/s, per (path, concurrency)."""
     runs: dict[str, list[tuple[float, float, float, int]]] = {}
     for round_ in range(rounds):
-        order = ["direct", "turnout"] if round_ % 2 == 0 else ["turnout", "direct"]
+        order = list(reqs) if round_ % 2 == 0 else list(reversed(reqs))
         for concurrency in levels:
             for path in order:
                 port, data = reqs[path]
@@ -273,6 +289,14 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
             f"targets ({engine}): "
             + ", ".join(f"{k}: {'PASS' if ok else 'MISS'}" for k, ok in checks.items())
         )
+    bare = results.get("control", {}).get("bare c=1")
+    if bare is not None:
+        added = bare["p50_ms"] - results["control"]["direct c=1"]["p50_ms"]
+        summary["figures"]["control bare c=1"] = {"added_p50_ms": added}
+        print(
+            f"bare relay (bench/bare_proxy.py: uvicorn + aiohttp, no gateway logic) in front of the "
+            f"control: added p50 {added:.3f} ms at c=1"
+        )
     control = summary["figures"].get("control c=1")
     if control is not None:
         base = control["added_p50_ms"]
@@ -323,7 +347,10 @@ def main(argv: list[str] | None = None) -> int:
             }
             if control_url is not None:
                 reqs = requests("control", control_url, gateway.url)
-                results["control"] = measure("control", reqs, sizes, rounds, 0.0, levels=(1,))
+                with bare_relay(control_url.removesuffix("/v1")) as bare_url:
+                    openai_body = {"model": CONTROL_MODEL, "prompt": PROMPT, "max_tokens": MAX_TOKENS}
+                    reqs["bare"] = post(bare_url, "/v1/completions", {**openai_body, "temperature": 0})
+                    results["control"] = measure("control", reqs, sizes, rounds, 0.0, levels=(1,))
     summary = report(results, args.control_ms)
     if args.json:
         args.json.write_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

@@ -33,6 +33,7 @@ def test_gateway_overhead_bench_prints_its_table() -> None:
     assert "added p50 (ms)" in out
     assert "c=32 throughput (req/s)" in out
     assert "targets (Turnout)" in out
+    assert "Turnout's own logic (turnout - bare, c=1 p50)" in out  # the bare uvicorn+aiohttp row ran
     if len(os.sched_getaffinity(0)) >= 2:  # one core: nothing to ping-pong between
         assert "this machine: cross-core round trip p50" in out
 
@@ -56,3 +57,4 @@ def test_real_backends_bench_prints_its_table(vllm: VllmServer, triton: TritonSe
         assert f"targets ({engine}): added p50 <= 1 ms (c=1)" in out
     assert [line.split()[1] for line in out.splitlines() if line.startswith("control ")][:1] == ["1"]
     assert "targets (control)" not in out and "control (fault server answering after 5 ms" in out
+    assert "bare relay (bench/bare_proxy.py: uvicorn + aiohttp, no gateway logic)" in out
