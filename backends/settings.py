@@ -156,7 +156,9 @@ class TritonSettings(StrictModel):
         for index, server in enumerate(self.servers()):
             where = f"replicas.{index - 1}." if index else ""
             if self.protocol == "generate" and server.url is None:
-                raise ValueError(f"{where}url: protocol generate needs url (Triton's HTTP base, e.g. http://h:8000)")
+                raise ValueError(
+                    f"{where}url: protocol generate needs url (Triton's HTTP base, e.g. http://h:8000)"
+                )
             if self.protocol == "grpc" and server.grpc_url is None:
                 raise ValueError(f"{where}grpc_url: protocol grpc needs grpc_url (host:port, e.g. h:8001)")
             if self.replicas and server.metrics_url is None:

@@ -208,8 +208,15 @@ def plots(rows: Sequence[Row], out: Path) -> list[str]:
     return written
 
 
-def compare(variants: Sequence[str], load: Sequence[Path], evals: Sequence[Path], out: Path,
-            task: str = "addition", baseline: str | None = None, budget_pt: float = 1.0) -> str:
+def compare(
+    variants: Sequence[str],
+    load: Sequence[Path],
+    evals: Sequence[Path],
+    out: Path,
+    task: str = "addition",
+    baseline: str | None = None,
+    budget_pt: float = 1.0,
+) -> str:
     """Write report.md, report.html and the plots into ``out``; returns the markdown."""
     loads, eval_runs = read_runs(load, evals)
     rows = [join(v, loads, eval_runs, task) for v in variants]

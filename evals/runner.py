@@ -261,6 +261,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 async def _run(run: EvalRun) -> list[dict[str, Any]]:
     headers = {"authorization": f"Bearer {run.api_key}"} if run.api_key else {}
+
     def size(task: str) -> int:
         name = GENERATION_TASKS[task][0] if task in GENERATION_TASKS else task
         return len(shipped()[name].rows[: run.limit or None])

@@ -86,9 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--ray", action="store_true", help="run as a Ray Serve application (needs turnout[ray])"
     )
-    serve.add_argument(
-        "--replicas", type=int, default=None, help="gateway replicas under --ray (default 1)"
-    )
+    serve.add_argument("--replicas", type=int, default=None, help="gateway replicas under --ray (default 1)")
     model = commands.add_parser("model", help="the project's own model")
     model_commands = model.add_subparsers(dest="model_command", required=True)
     model_commands.add_parser(

@@ -140,12 +140,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     canary.add_argument("--max-p95-latency-ms", type=float, help="gate: p95 latency, ms")
     canary.add_argument("--max-latency-ratio", type=float, help="gate: p95 latency at most R × stable's")
     evals = "eval gate: "
-    canary.add_argument("--eval-dataset", default="addition",
-                        help=evals + "addition, continuation or a .jsonl path (default addition)")
+    canary.add_argument(
+        "--eval-dataset",
+        default="addition",
+        help=evals + "addition, continuation or a .jsonl path (default addition)",
+    )
     canary.add_argument("--eval-examples", type=int, default=50, help=evals + "rows used (default 50)")
     canary.add_argument("--eval-min-accuracy", type=float, help=evals + "canary accuracy at least this (0-1)")
-    canary.add_argument("--eval-max-drop-pt", type=float,
-                        help=evals + "canary accuracy at most this many points below stable's")
+    canary.add_argument(
+        "--eval-max-drop-pt",
+        type=float,
+        help=evals + "canary accuracy at most this many points below stable's",
+    )
     canary.add_argument("--eval-chat", action="store_true", help=evals + "ask through chat, not completions")
     rollback = command("rollback", "make a new version equal to an older one (default: the previous)")
     rollback.add_argument("--to", type=int, help="the version to return to")

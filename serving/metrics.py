@@ -103,6 +103,7 @@ class RequestSeries:
             child = self._statuses[status] = self._requests.labels(*self._labels, str(status))
         return child
 
+
 _REPLICA_GAUGES = (
     ("turnout_backend_requests_waiting", "Requests waiting in a replica's engine queue (its own metrics)"),
     ("turnout_backend_requests_running", "Requests a replica's engine is running (its own metrics)"),

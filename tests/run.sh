@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e '.[dev,model]'
 ruff check serving backends deploy loadtests evals tests bench
+ruff format --check serving backends deploy loadtests evals tests
 mypy --strict serving backends deploy
 python3 -m pytest -q "$@"

@@ -64,9 +64,11 @@ def test_a_steady_run_matches_the_gateways_own_counters(embedded: Launched, tmp_
     assert overall["requests"] > 50 and overall["errors"] == 0
     assert overall["requests"] == _counts(embedded.url, route) - before
     served = metric_value(embedded.url, "turnout_time_to_first_token_seconds_count", route=route) - ttft_count
-    gateway_ttft_ms = 1000 * (
-        metric_value(embedded.url, "turnout_time_to_first_token_seconds_sum", route=route) - ttft_sum
-    ) / served
+    gateway_ttft_ms = (
+        1000
+        * (metric_value(embedded.url, "turnout_time_to_first_token_seconds_sum", route=route) - ttft_sum)
+        / served
+    )
     client_ttft_ms = overall["ttft_ms"]["mean"]
     print(f"mean TTFT: client {client_ttft_ms:.2f} ms, gateway {gateway_ttft_ms:.2f} ms")
     # the client's TTFT adds HTTP, parsing and queueing to the gateway's: never less, and not far

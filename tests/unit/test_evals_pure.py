@@ -58,6 +58,7 @@ def _load(variant: str, tokens: float) -> dict[str, object]:
 
 def test_join_prices_tokens_and_the_verdict_states_the_budget() -> None:
     loads = [_load("fp32", 1000.0), _load("int4", 2100.0)]
+
     def accuracy(value: float) -> dict[str, object]:
         return {"addition": {"value": value, "ci95": [value - 0.02, 1.0]}}
 
