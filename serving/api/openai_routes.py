@@ -45,9 +45,34 @@ Result = TypeVar("Result")
 _FANOUT = 16  # prompts of one /v1/completions batch in flight at once
 
 
+_READ_HEADERS = frozenset(
+    {b"authorization", b"api-key", b"content-length", b"x-request-id", b"x-turnout-key"}
+)
+
+
 def header_map(scope: Scope) -> dict[str, str]:
-    """The request's headers, by lower-case name (the first of repeated ones), read in one pass."""
-    return {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])}
+    """The headers this endpoint reads (the first of repeated ones), in one pass; the others
+    (an SDK sends a dozen) are not decoded."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in reversed(scope["headers"])
+        if name in _READ_HEADERS
+    }
+
+
+class JSONAnswer:
+    """A 200 JSON answer as two ASGI messages, without building a Starlette Response."""
+
+    __slots__ = ("body", "headers")
+
+    def __init__(self, body: bytes, headers: dict[str, str]) -> None:
+        self.body, self.headers = body, headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(self.body))]
+        raw += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()]
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": self.body})
 
 
 async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
@@ -258,7 +283,7 @@ async def _complete_all(
             task.cancel()
 
 
-async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response:
+async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONAnswer:
     state: AppState = scope["app"].state.turnout
     headers_in = header_map(scope)
     rid = headers_in.get("x-request-id") or _new_request_id()
@@ -307,7 +332,7 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response:
             )
         else:
             content = completion_body(rid, route, created, results)
-        return Response(content, media_type="application/json", headers=headers)
+        return JSONAnswer(content, headers)
     except TurnoutError as exc:
         if routed is not None:
             headers["x-turnout-variant"] = routed.served_by
