@@ -5,8 +5,11 @@ Path measured: load generator → [Turnout gateway] → engine. The same greedy 
 ``/v1/completions``, Triton's own ``/v2/models/turnout_tiny/generate`` — and (b) through
 ``turnout serve`` (variants ``openai_http`` → that vLLM, ``triton`` ``protocol: generate`` → that
 Triton) as ``/v1/completions``; (b) − (a) is what Turnout adds. At concurrency 1 (p50 latency)
-and 16 (throughput), in interleaved rounds (direct/Turnout order alternating, each figure the
-median of its rounds) because an engine's own latency drifts more than the effect measured.
+and 16 (throughput), in interleaved rounds (direct/Turnout order alternating) because an
+engine's own latency drifts more than the effect measured: the p50/p99/req/s columns are
+medians over rounds, the added p50 and throughput ratio the medians of each round's paired
+difference and ratio (Triton's direct p50 moved 4.2–5.8 ms between rounds of one run, which
+made the difference of two medians swing by ±0.4 ms).
 At c=16 every worker waits a random 0–``--jitter-ms`` (1) ms before each request, on both paths,
 so the clients do not fire in lockstep: lockstep requests straight at Triton stall for ~0.5 s
 now and then (a ~500 ms wait inside Triton, with raw and aiohttp clients alike; p99 ≈ 513 ms;
@@ -228,7 +231,9 @@ def measure(
     jitter_s: float,
     levels: tuple[int, ...] = (1, 16),
 ) -> dict[str, dict[str, float]]:
-    """Median over interleaved rounds of p50/p99 (ms) and req/s, per (path, concurrency)."""
+    """Median over interleaved rounds of p50/p99 (ms) and req/s, per (path, concurrency); and per
+    path other than direct, the median over rounds of its added p50 and throughput ratio against
+    the direct run of the same round (paired: an engine's own drift between rounds cancels)."""
     runs: dict[str, list[tuple[float, float, float, int]]] = {}
     for round_ in range(rounds):
         order = list(reqs) if round_ % 2 == 0 else list(reversed(reqs))
@@ -244,7 +249,7 @@ def measure(
             f"{key} {values[-1][0]:.2f} ms {values[-1][2]:.0f}/s" for key, values in runs.items()
         )
         print(f"[{engine}] round {round_ + 1}/{rounds}: {cells}", flush=True)
-    return {
+    figures = {
         key: {
             "p50_ms": statistics.median(v[0] for v in values),
             "p99_ms": statistics.median(v[1] for v in values),
@@ -253,11 +258,21 @@ def measure(
         }
         for key, values in runs.items()
     }
+    for key, values in runs.items():  # paired with the direct run of the same round
+        path, level = key.split(" ", 1)
+        if path == "direct":
+            continue
+        direct = runs[f"direct {level}"]
+        pairs = list(zip(values, direct, strict=True))
+        figures[key]["added_p50_ms"] = statistics.median(v[0] - d[0] for v, d in pairs)
+        ratios = (v[2] / d[2] if d[2] else float("nan") for v, d in pairs)
+        figures[key]["throughput_ratio"] = statistics.median(ratios)
+    return figures
 
 
 def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 0.0) -> dict[str, Any]:
-    header = ("direct p50", "turnout p50", "added p50 (ms)", "direct p99", "turnout p99", "direct req/s")
-    header += ("turnout req/s", "throughput ratio", "errors")
+    header = ("direct p50", "turnout p50", "added p50 (ms)*", "direct p99", "turnout p99", "direct req/s")
+    header += ("turnout req/s", "throughput ratio*", "errors")
     print("\n" + f"{'engine':8}{'conc':>5}" + "".join(f"{h:>{max(12, len(h) + 1)}}" for h in header))
     summary: dict[str, Any] = {"results": results, "figures": {}, "targets": {}, "control_ms": control_ms}
     for engine, rows in results.items():
@@ -265,7 +280,7 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
             if f"direct c={concurrency}" not in rows:
                 continue
             d, t = rows[f"direct c={concurrency}"], rows[f"turnout c={concurrency}"]
-            added, ratio = t["p50_ms"] - d["p50_ms"], t["rps"] / d["rps"] if d["rps"] else float("nan")
+            added, ratio = t["added_p50_ms"], t["throughput_ratio"]
             summary["figures"][f"{engine} c={concurrency}"] = {
                 "added_p50_ms": added,
                 "throughput_ratio": ratio,
@@ -284,6 +299,7 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
             "added p50 <= 1 ms (c=1)": c1["added_p50_ms"] <= TARGETS["added_p50_ms"],
             "throughput ratio >= 0.97 (c=16)": c16["throughput_ratio"] >= TARGETS["throughput_ratio"],
         }
+    print("* paired: the median over rounds of each round's Turnout - direct (Turnout / direct)")
     for engine, checks in summary["targets"].items():
         print(
             f"targets ({engine}): "
@@ -291,7 +307,7 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
         )
     bare = results.get("control", {}).get("bare c=1")
     if bare is not None:
-        added = bare["p50_ms"] - results["control"]["direct c=1"]["p50_ms"]
+        added = bare["added_p50_ms"]
         summary["figures"]["control bare c=1"] = {"added_p50_ms": added}
         print(
             f"bare relay (bench/bare_proxy.py: uvicorn + aiohttp, no gateway logic) in front of the "
