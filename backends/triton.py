@@ -146,7 +146,10 @@ class TritonBackend:
         else:
             yield await self._transport.infer(facts, inputs, request_id)
 
-    async def _chunks(self, request: GenerateRequest, stream: bool) -> AsyncGenerator[Chunk, None]:
+    async def _prepare(
+        self, request: GenerateRequest, stream: bool
+    ) -> tuple[ModelFacts, dict[str, Any], ResponseReader]:
+        """The model to ask, its inputs, and the reader of its responses."""
         plan = self.plan(request)  # a 400 for what the tensors cannot say, before any network
         model = self.settings.model
         if stream and self.settings.stream_model:
@@ -155,7 +158,12 @@ class TritonBackend:
         inputs = plan.inputs_for(facts, stream=stream and facts.decoupled)
         echo = plan.echo if facts.inputs and "exclude_input_in_output" not in facts.inputs else ""
         reader = ResponseReader(plan, cumulative=self.settings.stream_text == "cumulative", echo=echo)
-        async with aclosing(self._responses(facts, inputs, request.request_id)) as responses:
+        return facts, inputs, reader
+
+    async def _chunks(
+        self, facts: ModelFacts, inputs: dict[str, Any], reader: ResponseReader, request_id: str
+    ) -> AsyncGenerator[Chunk, None]:
+        async with aclosing(self._responses(facts, inputs, request_id)) as responses:
             async for outputs in responses:
                 text = reader.feed(outputs)
                 if text:
@@ -166,13 +174,19 @@ class TritonBackend:
         yield Chunk(text=tail, finish_reason=finish, usage=usage)
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        async with aclosing(self._chunks(request, stream=True)) as chunks:
+        facts, inputs, reader = await self._prepare(request, stream=True)
+        async with aclosing(self._chunks(facts, inputs, reader, request.request_id)) as chunks:
             async for chunk in chunks:
                 yield chunk
 
     async def complete(self, request: GenerateRequest) -> Completion:
-        parts: list[str] = []
-        async with aclosing(self._chunks(request, stream=False)) as chunks:
+        facts, inputs, reader = await self._prepare(request, stream=False)
+        if not facts.decoupled:  # one request, one response: no generators on the hot path
+            text = reader.feed(await self._transport.infer(facts, inputs, request.request_id))
+            tail, finish, usage = reader.finish()
+            return Completion(text + tail, finish, usage)
+        parts: list[str] = []  # a decoupled model: gather its responses
+        async with aclosing(self._chunks(facts, inputs, reader, request.request_id)) as chunks:
             async for chunk in chunks:
                 parts.append(chunk.text)
                 if chunk.finish_reason is not None:
