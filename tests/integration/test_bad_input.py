@@ -178,3 +178,22 @@ def test_unknown_paths_and_methods(gateway_url: str, method: str, path: str, sta
     reply = httpx.request(method, gateway_url + path)
     assert reply.status_code == status
     assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_chunked_body_over_the_limit_is_refused(gateway_url: str) -> None:
+    """No content-length to refuse on: the body is counted as it arrives (1 MiB default limit)."""
+
+    def body() -> Any:
+        yield b'{"model": "turnout-tiny", "prompt": "'
+        for _ in range(9):
+            yield b"x" * 131_072
+        yield b'"}'
+
+    reply = httpx.post(
+        gateway_url + COMPLETIONS, content=body(), headers={"content-type": "application/json"}
+    )
+    assert "content-length" not in reply.request.headers  # sent chunked
+    assert reply.status_code == 413, reply.text
+    assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+    ok = httpx.post(gateway_url + COMPLETIONS, json={"model": "turnout-tiny", "prompt": "1", "max_tokens": 1})
+    assert ok.status_code == 200
