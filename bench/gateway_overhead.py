@@ -198,10 +198,11 @@ def _wait_answering(port: int, proc: subprocess.Popen[bytes], limit: float) -> N
 
 @contextlib.contextmanager
 def gateway(cmd: list[str], port: int, limit: float, env: dict[str, str] | None = None,
-            log: Path | None = None) -> Any:
+            log: Path | None = None, cpu: int | None = 0) -> Any:
+    """``cmd`` running (on core ``cpu``; None: not pinned) until the block ends, once it answers."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
-    proc = subprocess.Popen(_pinned(0, cmd), cwd=ROOT, env={**os.environ, **(env or {})},
-                            stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd if cpu is None else _pinned(cpu, cmd), cwd=ROOT,
+                            env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait_answering(port, proc, limit)
         yield proc

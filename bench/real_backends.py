@@ -49,7 +49,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,7 +63,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from gateway_overhead import PhaseResult, _Conn, _run_loop, _wait_answering, bare_cmd  # noqa: E402
+from gateway_overhead import PhaseResult, _Conn, _run_loop, bare_cmd  # noqa: E402
+from gateway_overhead import gateway as bare_gateway  # noqa: E402
 
 from backends.fault import FaultServer  # noqa: E402
 from serving.launcher import free_port, gateway_process  # noqa: E402
@@ -84,29 +84,22 @@ def post(url: str, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
     return int(parts.port or 80), head.encode() + raw
 
 
-def requests(engine: str, engine_url: str, gateway_url: str) -> dict[str, tuple[int, bytes]]:
-    """The direct and the through-Turnout request of ``engine`` — the same generation."""
+def requests(
+    engine: str, engine_url: str, gateway_url: str, bare_url: str | None = None
+) -> dict[str, tuple[int, bytes]]:
+    """The direct and the through-Turnout request of ``engine`` — the same generation (and, for
+    an OpenAI-compatible engine, the same request as direct through the bare relay at ``bare_url``)."""
     openai_body = {"model": engine, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
     through = post(gateway_url, "/v1/completions", openai_body)
     if engine in ("vllm", "control"):
         path = urlsplit(engine_url).path.rstrip("/") + "/completions"
-        model = VLLM_MODEL if engine == "vllm" else CONTROL_MODEL
-        return {"direct": post(engine_url, path, {**openai_body, "model": model}), "turnout": through}
+        direct_body = {**openai_body, "model": VLLM_MODEL if engine == "vllm" else CONTROL_MODEL}
+        reqs = {"direct": post(engine_url, path, direct_body), "turnout": through}
+        if bare_url is not None:
+            reqs["bare"] = post(bare_url, path, direct_body)
+        return reqs
     generate = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
     return {"direct": post(engine_url, "/v2/models/turnout_tiny/generate", generate), "turnout": through}
-
-
-@contextlib.contextmanager
-def bare_relay(upstream: str) -> Iterator[str]:
-    """``bench/bare_proxy.py`` in front of ``upstream``, placed like the gateway (not pinned)."""
-    port = free_port()
-    proc = subprocess.Popen(bare_cmd(upstream, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_answering(port, proc, 60)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def last_core() -> int | None:
@@ -362,10 +355,10 @@ def main(argv: list[str] | None = None) -> int:
                 for engine, url in zip(("vllm", "triton"), urls, strict=True)
             }
             if control_url is not None:
-                reqs = requests("control", control_url, gateway.url)
-                with bare_relay(control_url.removesuffix("/v1")) as bare_url:
-                    openai_body = {"model": CONTROL_MODEL, "prompt": PROMPT, "max_tokens": MAX_TOKENS}
-                    reqs["bare"] = post(bare_url, "/v1/completions", {**openai_body, "temperature": 0})
+                bare_port = free_port()  # placed like the gateway: not pinned
+                relay = bare_cmd(control_url.removesuffix("/v1"), bare_port)
+                with bare_gateway(relay, bare_port, 60, cpu=None):
+                    reqs = requests("control", control_url, gateway.url, f"http://127.0.0.1:{bare_port}")
                     results["control"] = measure("control", reqs, sizes, rounds, 0.0, levels=(1,))
     summary = report(results, args.control_ms)
     if args.json:
