@@ -111,8 +111,10 @@ def vllm_server(
     max_model_len: int = 512,
     kv_cache_gib: int = 1,
     timeout: float = 180.0,
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[VllmServer]:
-    """Run ``vllm.entrypoints.openai.api_server`` on 127.0.0.1:``port`` until the block ends."""
+    """Run ``vllm.entrypoints.openai.api_server`` on 127.0.0.1:``port`` until the block ends
+    (``extra_args``: more of its command-line options, e.g. ``--tool-call-parser pythonic``)."""
     work = Path(tempfile.mkdtemp(prefix="turnout-vllm-"))
     log = work / "vllm.log"
     env = {
@@ -130,6 +132,7 @@ def vllm_server(
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", str(max_model_len), "--enforce-eager", "--dtype", "float32",
     ]  # fmt: skip
+    cmd += extra_args
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:

