@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -79,6 +80,23 @@ class GatewayApp(FastAPI):
                 await endpoint(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+
+def _allow_browsers(gateway_app: GatewayApp, origins: tuple[str, ...]) -> None:
+    """CORS for ``origins``: preflights answered, and the answers (the generation endpoints'
+    too, which skip the middleware stack) carry the headers a browser needs to read them."""
+
+    def cors(app: ASGIApp) -> ASGIApp:  # a middleware factory: Starlette passes the inner app
+        return CORSMiddleware(
+            app,
+            allow_origins=origins,
+            allow_methods=("GET", "POST", "PUT", "DELETE", "OPTIONS"),
+            allow_headers=("*",),
+            expose_headers=("x-request-id", "x-turnout-variant", "x-turnout-route-version", "retry-after"),
+        )
+
+    gateway_app.add_middleware(cors)
+    gateway_app.hot_routes = {path: cors(endpoint) for path, endpoint in gateway_app.hot_routes.items()}
 
 
 def create_app(
@@ -154,6 +172,8 @@ def create_app(
     )
     for path, endpoint in app.hot_routes.items():  # the way in under a path prefix (Ray Serve)
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+    if config.server.cors_allow_origins:
+        _allow_browsers(app, config.server.cors_allow_origins)
     app.add_route("/v1/models", openai_routes.list_models, methods=["GET"])
     app.add_route("/v1/models/{model:path}", openai_routes.get_model, methods=["GET"])
     app.add_route("/health", health.health, methods=["GET"])

@@ -37,6 +37,9 @@ class ServerSettings(BaseModel):
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     max_body_bytes: Annotated[int, Field(ge=1024)] = 1_048_576
     log_level: str = "info"
+    # Origins whose browser pages may call the API (CORS; "*" = any). None by default: vLLM and
+    # LiteLLM allow every origin out of the box, a gateway holding API keys waits to be asked.
+    cors_allow_origins: tuple[str, ...] = ()
 
 
 def default_store_url() -> str:
