@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -258,7 +259,10 @@ def test_ray_serve_config_validates_with_rays_schema(name: str) -> None:
 def _k8s_round_trip(data: dict[str, Any], model: str) -> None:
     client = pytest.importorskip("kubernetes.client", reason="needs kubernetes: pip install -e '.[k8s]'")
     api = client.ApiClient()
-    obj = api.deserialize(SimpleNamespace(data=json.dumps(data)), model)
+    if "content_type" in inspect.signature(api.deserialize).parameters:  # kubernetes >= 37
+        obj = api.deserialize(json.dumps(data), model, "application/json")
+    else:  # before 37 it took a response object
+        obj = api.deserialize(SimpleNamespace(data=json.dumps(data)), model)
     assert type(obj).__name__ == model
     assert api.sanitize_for_serialization(obj) == data, f"{model}: a field was dropped or changed"
 
