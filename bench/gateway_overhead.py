@@ -179,14 +179,17 @@ def _pinned(cpu: int, cmd: list[str]) -> list[str]:
     return ["taskset", "-c", str(cpu), *cmd] if shutil.which("taskset") else cmd
 
 
-def _wait_answering(port: int, proc: subprocess.Popen[bytes], limit: float) -> None:
-    """Bounded wait until a real chat request through ``port`` answers 200."""
-    body = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+def _wait_answering(port: int, proc: subprocess.Popen[bytes], limit: float,
+                    probe: tuple[str, bytes] | None = None) -> None:
+    """Bounded wait until a real request through ``port`` answers 200: ``probe`` (path, body),
+    by default a chat request for the fault server's model."""
+    path, body = probe or ("/v1/chat/completions",
+                           orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}))
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with status {proc.returncode}")
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
                                      headers={"content-type": "application/json",
                                               "authorization": "Bearer sk-bench"})
         with contextlib.suppress(OSError), urllib.request.urlopen(req, timeout=5) as resp:
@@ -198,13 +201,14 @@ def _wait_answering(port: int, proc: subprocess.Popen[bytes], limit: float) -> N
 
 @contextlib.contextmanager
 def gateway(cmd: list[str], port: int, limit: float, env: dict[str, str] | None = None,
-            log: Path | None = None, cpu: int | None = 0) -> Any:
-    """``cmd`` running (on core ``cpu``; None: not pinned) until the block ends, once it answers."""
+            log: Path | None = None, cpu: int | None = 0, probe: tuple[str, bytes] | None = None) -> Any:
+    """``cmd`` running (on core ``cpu``; None: not pinned) until the block ends, once it answers
+    (``probe``: the (path, body) to ask, see ``_wait_answering``)."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(cmd if cpu is None else _pinned(cpu, cmd), cwd=ROOT,
                             env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
     try:
-        _wait_answering(port, proc, limit)
+        _wait_answering(port, proc, limit, probe)
         yield proc
     finally:
         proc.terminate()

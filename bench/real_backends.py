@@ -19,13 +19,14 @@ Targets (issue 4): added p50 ≤ 1 ms, throughput ratio (Turnout / direct) ≥ 0
 
 A control row (``--control-ms``, default 5; 0 leaves it out) runs the same c=1 comparison
 against the fault server answering after that many ms, through an ``openai_http`` variant: the
-gateway's path with no engine at all, idle for about as long as it waits for Triton. With it, a
-third path goes through ``bench/bare_proxy.py`` (uvicorn + aiohttp relaying the body, none of
-Turnout's logic): what the chosen stack and the extra hop cost by themselves after that idle. On this VM
-a core that has idled a few ms wakes slowly (a cross-core ping-pong is ~40 µs busy, ~145 µs
-after 5 ms idle) and the gateway's Python then runs on cold caches, so the control adds far more
-than ``gateway_overhead.py``'s back-to-back figure; an engine's added p50 minus the control's is
-what its adapter costs beyond that.
+gateway's path with no engine at all, idle for about as long as it waits for Triton. For every
+engine and the control, a third path at c=1 sends the direct request through
+``bench/bare_proxy.py`` (uvicorn + aiohttp relaying the body, none of Turnout's logic): what the
+chosen stack and the extra hop cost by themselves in front of that engine. On this VM a core that
+has idled a few ms wakes slowly (a cross-core ping-pong is ~40 µs busy, ~145 µs after 5 ms idle)
+and the gateway's Python then runs on cold caches, so these add far more than
+``gateway_overhead.py``'s back-to-back figure; Turnout's added p50 minus the bare relay's is what
+its own logic (validation, routing, the adapter, metrics) costs in front of that engine.
 
 Placement on 2 cores: a CPU engine busy-waits on every core it may use and would starve the
 gateway, which on a GPU box has its own CPU; so engines started here get the last core (vLLM's
@@ -84,22 +85,40 @@ def post(url: str, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
     return int(parts.port or 80), head.encode() + raw
 
 
+def direct_target(engine: str, engine_url: str) -> tuple[str, dict[str, Any]]:
+    """(path, body) of the request straight to ``engine``: the same generation Turnout asks for."""
+    openai_body = {"model": engine, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
+    if engine in ("vllm", "control"):
+        path = urlsplit(engine_url).path.rstrip("/") + "/completions"
+        return path, {**openai_body, "model": VLLM_MODEL if engine == "vllm" else CONTROL_MODEL}
+    generate = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
+    return "/v2/models/turnout_tiny/generate", generate
+
+
 def requests(
     engine: str, engine_url: str, gateway_url: str, bare_url: str | None = None
 ) -> dict[str, tuple[int, bytes]]:
-    """The direct and the through-Turnout request of ``engine`` — the same generation (and, for
-    an OpenAI-compatible engine, the same request as direct through the bare relay at ``bare_url``)."""
+    """The direct and the through-Turnout request of ``engine`` — the same generation — and, with
+    ``bare_url``, the direct request sent through the bare relay there."""
     openai_body = {"model": engine, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
-    through = post(gateway_url, "/v1/completions", openai_body)
-    if engine in ("vllm", "control"):
-        path = urlsplit(engine_url).path.rstrip("/") + "/completions"
-        direct_body = {**openai_body, "model": VLLM_MODEL if engine == "vllm" else CONTROL_MODEL}
-        reqs = {"direct": post(engine_url, path, direct_body), "turnout": through}
-        if bare_url is not None:
-            reqs["bare"] = post(bare_url, path, direct_body)
-        return reqs
-    generate = {"text_input": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
-    return {"direct": post(engine_url, "/v2/models/turnout_tiny/generate", generate), "turnout": through}
+    path, body = direct_target(engine, engine_url)
+    reqs = {"direct": post(engine_url, path, body)}
+    reqs["turnout"] = post(gateway_url, "/v1/completions", openai_body)
+    if bare_url is not None:
+        reqs["bare"] = post(bare_url, path, body)
+    return reqs
+
+
+@contextlib.contextmanager
+def bare_relay(engine: str, engine_url: str) -> Iterator[str]:
+    """``bench/bare_proxy.py`` relaying to ``engine``'s origin, placed like the gateway (not
+    pinned), once the direct request through it answers; yields its base URL."""
+    parts = urlsplit(engine_url)
+    port = free_port()
+    path, body = direct_target(engine, engine_url)
+    with bare_gateway(bare_cmd(f"{parts.scheme}://{parts.netloc}", port), port, 60, cpu=None,
+                      probe=(path, orjson.dumps(body))):
+        yield f"http://127.0.0.1:{port}"
 
 
 def last_core() -> int | None:
@@ -223,6 +242,7 @@ def measure(
     rounds: int,
     jitter_s: float,
     levels: tuple[int, ...] = (1, 16),
+    c1_only: tuple[str, ...] = ("bare",),
 ) -> dict[str, dict[str, float]]:
     """Median over interleaved rounds of p50/p99 (ms) and req/s, per (path, concurrency); and per
     path other than direct, the median over rounds of its added p50 and throughput ratio against
@@ -232,6 +252,8 @@ def measure(
         order = list(reqs) if round_ % 2 == 0 else list(reversed(reqs))
         for concurrency in levels:
             for path in order:
+                if concurrency > 1 and path in c1_only:
+                    continue
                 port, data = reqs[path]
                 result = _run_loop(
                     phase(port, data, concurrency, sizes, jitter_s if concurrency > 1 else 0.0)
@@ -298,13 +320,16 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
             f"targets ({engine}): "
             + ", ".join(f"{k}: {'PASS' if ok else 'MISS'}" for k, ok in checks.items())
         )
-    bare = results.get("control", {}).get("bare c=1")
-    if bare is not None:
-        added = bare["added_p50_ms"]
-        summary["figures"]["control bare c=1"] = {"added_p50_ms": added}
+    for engine, rows in results.items():
+        bare = rows.get("bare c=1")
+        if bare is None:
+            continue
+        added, turnout = bare["added_p50_ms"], rows["turnout c=1"]["added_p50_ms"]
+        summary["figures"][f"{engine} bare c=1"] = {"added_p50_ms": added}
         print(
-            f"bare relay (bench/bare_proxy.py: uvicorn + aiohttp, no gateway logic) in front of the "
-            f"control: added p50 {added:.3f} ms at c=1"
+            f"bare relay (bench/bare_proxy.py: uvicorn + aiohttp, no gateway logic) in front of "
+            f"{'the ' if engine == 'control' else ''}{engine}: added p50 {added:.3f} ms at c=1; "
+            f"Turnout's {turnout:.3f} ms is {turnout - added:+.3f} ms beyond it"
         )
     control = summary["figures"].get("control c=1")
     if control is not None:
@@ -348,17 +373,14 @@ def main(argv: list[str] | None = None) -> int:
             control_url = stack.enter_context(control).url + "/v1"
         with gateway_process(gateway_config(tmp, *urls, control_url), timeout=90) as gateway:
             print(f"vLLM {urls[0]}, Triton {urls[1]}, Turnout {gateway.url}", flush=True)
-            results = {
-                engine: measure(
-                    engine, requests(engine, url, gateway.url), sizes, rounds, args.jitter_ms / 1e3
-                )
-                for engine, url in zip(("vllm", "triton"), urls, strict=True)
-            }
+            results = {}
+            for engine, url in zip(("vllm", "triton"), urls, strict=True):
+                with bare_relay(engine, url) as bare_url:
+                    reqs = requests(engine, url, gateway.url, bare_url)
+                    results[engine] = measure(engine, reqs, sizes, rounds, args.jitter_ms / 1e3)
             if control_url is not None:
-                bare_port = free_port()  # placed like the gateway: not pinned
-                relay = bare_cmd(control_url.removesuffix("/v1"), bare_port)
-                with bare_gateway(relay, bare_port, 60, cpu=None):
-                    reqs = requests("control", control_url, gateway.url, f"http://127.0.0.1:{bare_port}")
+                with bare_relay("control", control_url) as bare_url:
+                    reqs = requests("control", control_url, gateway.url, bare_url)
                     results["control"] = measure("control", reqs, sizes, rounds, 0.0, levels=(1,))
     summary = report(results, args.control_ms)
     if args.json:
