@@ -54,17 +54,42 @@ class GenerateRequest:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # An OpenAI-compatible upstream's other usage fields (``prompt_tokens_details.cached_tokens``,
+    # ``completion_tokens_details.reasoning_tokens``…), passed on as it shaped them.
+    details: dict[str, Any] | None = None
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def as_dict(self) -> dict[str, int]:
-        return {
+    def as_dict(self) -> dict[str, Any]:
+        counts: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+        return {**counts, **self.details} if self.details else counts
+
+    def add(self, other: Usage) -> None:
+        """Count ``other`` in too (one choice per prompt of a batch); details sum field by field."""
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        if other.details:
+            self.details = _summed(self.details or {}, other.details)
+
+
+def _summed(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two usage-detail trees added: numbers summed, nested objects merged, a missing side kept."""
+    out = dict(a)
+    for key, value in b.items():
+        mine = out.get(key)
+        if isinstance(mine, dict) and isinstance(value, dict):
+            out[key] = _summed(mine, value)
+        elif isinstance(mine, int | float) and isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = mine + value
+        elif mine is None:
+            out[key] = value
+    return out
 
 
 @dataclass(slots=True)
@@ -76,6 +101,9 @@ class Chunk:
     usage: Usage | None = None
     # This chunk's choices[0].logprobs as the OpenAI API shapes it (its tokens only), when asked for.
     logprobs: dict[str, Any] | None = None
+    # The delta's other fields an OpenAI-compatible upstream set (tool_calls, reasoning_content…),
+    # passed on as it shaped them.
+    extra: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -85,6 +113,9 @@ class Completion:
     usage: Usage
     # choices[0].logprobs as the OpenAI API shapes it (prompt tokens first with echo), when asked for.
     logprobs: dict[str, Any] | None = None
+    # The chat message's other fields an OpenAI-compatible upstream set (tool_calls, refusal,
+    # reasoning_content…), passed on as it shaped them.
+    message_extra: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Chat messages → one prompt string, with the model's own Jinja chat template.
 
-On the request path of every adapter that sends text rather than messages to its engine:
+On the request path of every adapter that sends text rather than messages to its engine
+(the messages arrive as the client sent them; content parts are joined here):
 ``backends/embedded.py`` (then tokenized in-process) and ``backends/triton.py`` (then sent as
 ``text_input``). Rendered in Jinja's immutable sandbox, as Hugging Face's
 ``apply_chat_template`` does, with ``bos_token`` / ``eos_token`` and ``add_generation_prompt``.
@@ -37,9 +38,11 @@ class ChatTemplate:
         return cls(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
 
     def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> str:
+        """The prompt for ``messages`` as the client sent them; content parts other than text
+        (an image) are a 400, since this template's model reads text only."""
         try:
             return self._template.render(
-                messages=messages,
+                messages=text_messages(messages),
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
@@ -47,6 +50,27 @@ class ChatTemplate:
         except TemplateError as exc:
             message = f"the messages do not fit the model's chat template: {exc}"
             raise ClientError(message, param="messages") from None
+
+
+def text_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each content as one string: text parts joined, no content as ""."""
+    flat = []
+    for number, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, str):
+            flat.append(message)
+            continue
+        text = ""
+        for index, part in enumerate(content or ()):
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ClientError(
+                    f"content part type '{part.get('type')}' is not supported by this model",
+                    param=f"messages.{number}.content.{index}.type",
+                    code="unsupported_content",
+                )
+            text += part["text"]
+        flat.append({**message, "content": text})
+    return flat
 
 
 def _token_text(value: Any) -> str:

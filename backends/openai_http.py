@@ -88,7 +88,29 @@ def status_error(name: str, status: int, body: bytes, retry_after: str | None) -
     return BackendError(f"upstream {name} answered {status}{detail}")
 
 
+def redirect_error(name: str, resp: aiohttp.ClientResponse) -> TurnoutError | None:
+    """A 3xx answer as a 502 naming where it points, or None for any other status.
+
+    Redirects are not followed (``allow_redirects=False``): aiohttp would turn the POST into a
+    GET on a 301/302 and the client would see the new address's 405, with its body dropped."""
+    if not 300 <= resp.status < 400:
+        return None
+    where = resp.headers.get("location") or "nowhere"
+    return BackendError(
+        f"upstream {name} answered {resp.status} redirecting to {where}; redirects are not "
+        "followed: point the variant at the final address"
+    )
+
+
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+# Every request to an upstream (here and Triton's HTTP transport). identity: answers are parsed
+# as they arrive, never inflated (auto_decompress=False), so aiohttp's default offer of
+# gzip/deflate/br must not reach an upstream that would use it (nginx, Triton's /infer).
+UPSTREAM_HEADERS = {
+    "content-type": "application/json",
+    "user-agent": "turnout",
+    "accept-encoding": "identity",
+}
 
 
 def transport_error(name: str, exc: Exception) -> TurnoutError:
@@ -104,10 +126,28 @@ def transport_error(name: str, exc: Exception) -> TurnoutError:
     return BackendError(f"upstream {name} sent a malformed answer: {type(exc).__name__}: {exc}")
 
 
+_MESSAGE_FIELDS = frozenset({"role", "content"})
+
+
+def message_extra(message: Any) -> dict[str, Any] | None:
+    """A chat message's (or delta's) fields beyond role and content that carry something:
+    ``tool_calls``, ``refusal``, ``reasoning_content``… (vLLM sends the unused ones as null)."""
+    if not isinstance(message, dict):
+        return None
+    extra = {k: v for k, v in message.items() if k not in _MESSAGE_FIELDS and v is not None and v != []}
+    return extra or None
+
+
+_COUNTS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+
+
 def _usage(data: Any) -> Usage | None:
     if not isinstance(data, dict):
         return None
-    return Usage(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0))
+    details = {k: v for k, v in data.items() if k not in _COUNTS and v is not None}
+    return Usage(
+        int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), details or None
+    )
 
 
 class OpenAIHttpBackend:
@@ -124,7 +164,7 @@ class OpenAIHttpBackend:
         )
         base = str(settings.base_url).rstrip("/")
         self._urls = {"chat": base + "/chat/completions", "completion": base + "/completions"}
-        self._headers = {"content-type": "application/json", "user-agent": "turnout"}
+        self._headers = dict(UPSTREAM_HEADERS)
         if settings.api_key:
             self._headers["authorization"] = f"Bearer {settings.api_key}"
         self._session: aiohttp.ClientSession | None = None
@@ -164,7 +204,7 @@ class OpenAIHttpBackend:
         url, body = self._urls[request.kind], self._body(request, stream)
         for attempt in (1, 2):
             try:
-                return await session.post(url, data=body, headers=headers)
+                return await session.post(url, data=body, headers=headers, allow_redirects=False)
             except aiohttp.ClientConnectorError as exc:  # nothing listens: no retry
                 raise transport_error(self.name, exc) from exc
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
@@ -178,6 +218,9 @@ class OpenAIHttpBackend:
 
     async def _fail(self, resp: aiohttp.ClientResponse) -> TurnoutError:
         """The typed error for a non-2xx answer (its body read whole)."""
+        redirect = redirect_error(self.name, resp)
+        if redirect is not None:
+            return redirect
         try:
             body = await resp.read()
         except _TRANSPORT_ERRORS:
@@ -231,10 +274,12 @@ class OpenAIHttpBackend:
         try:
             data = orjson.loads(content)
             choice = data["choices"][0]
-            text = (choice["message"].get("content") if request.kind == "chat" else choice["text"]) or ""
+            chat = request.kind == "chat"
+            text = (choice["message"].get("content") if chat else choice["text"]) or ""
             usage = _usage(data.get("usage")) or Usage()
             finish = choice.get("finish_reason") or "stop"
-            return Completion(text=text, finish_reason=finish, usage=usage, logprobs=choice.get("logprobs"))
+            extra = message_extra(choice["message"]) if chat else None
+            return Completion(text, finish, usage, choice.get("logprobs"), extra)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
 
@@ -279,6 +324,8 @@ class OpenAIHttpBackend:
                     last.usage = chunk.usage or last.usage
                     last.finish_reason = chunk.finish_reason or last.finish_reason
                     last.logprobs = merge_logprobs(last.logprobs, chunk.logprobs)
+                    if chunk.extra is not None:
+                        last.extra = {**(last.extra or {}), **chunk.extra}
                 elif chunk.finish_reason is not None or chunk.usage is not None:
                     last = chunk
                 else:
@@ -302,11 +349,12 @@ class OpenAIHttpBackend:
             text = (choice["delta"].get("content") if chat else choice.get("text")) or ""
             finish = choice.get("finish_reason")
             logprobs = choice.get("logprobs")  # passed on as the upstream shaped it
+            extra = message_extra(choice["delta"]) if chat else None
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
-        if not text and finish is None and usage is None and not logprobs:
+        if not text and finish is None and usage is None and not logprobs and extra is None:
             return None  # role-only or empty delta: nothing to pass on
-        return Chunk(text, finish, usage, logprobs if isinstance(logprobs, dict) else None)
+        return Chunk(text, finish, usage, logprobs if isinstance(logprobs, dict) else None, extra)
 
 
 def _event_data(event: bytes) -> bytes | None:

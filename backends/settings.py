@@ -46,7 +46,10 @@ class TimeoutSettings(StrictModel):
     """Seconds. Waiting for a free pooled connection and opening one share ``pool + connect``."""
 
     connect: Annotated[float, Field(gt=0)] = 5.0
-    read: Annotated[float, Field(gt=0)] = 60.0  # per wait for data, not for the whole answer
+    # Per wait for data, not for the whole answer; but a non-streamed answer sends nothing until
+    # it is done, so this bounds its generation time: 600 s as the openai SDK (a long answer
+    # from a busy engine takes minutes; 60 s turned those into 504s while the engine was fine).
+    read: Annotated[float, Field(gt=0)] = 600.0
     pool: Annotated[float, Field(gt=0)] = 5.0
 
 

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from backends.openai_http import transport_error
+from backends.openai_http import UPSTREAM_HEADERS, redirect_error, transport_error
 from backends.settings import TritonSettings
 from backends.triton_tensors import ModelFacts, status_error
 from serving.errors import BackendError, BackendUnavailable, TurnoutError
@@ -61,7 +61,7 @@ class TritonHttp:
             timeout=aiohttp.ClientTimeout(
                 total=None, connect=t.pool + t.connect, sock_connect=t.connect, sock_read=t.read
             ),
-            headers={"content-type": "application/json", "user-agent": "turnout"},
+            headers=UPSTREAM_HEADERS,
             auto_decompress=False,
             trust_env=False,
             cookie_jar=aiohttp.DummyCookieJar(),  # shared by every client: replay no one's cookie
@@ -81,7 +81,7 @@ class TritonHttp:
             raise BackendUnavailable(f"backend {self.name} is not started")
         for attempt in (1, 2):
             try:
-                return await session.request(method, url, data=body)
+                return await session.request(method, url, data=body, allow_redirects=False)
             except aiohttp.ClientConnectorError as exc:  # nothing listens: no retry
                 raise transport_error(self.name, exc) from exc
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
@@ -92,6 +92,9 @@ class TritonHttp:
         raise AssertionError("unreachable")
 
     async def _failure(self, resp: aiohttp.ClientResponse) -> TurnoutError:
+        redirect = redirect_error(self.name, resp)
+        if redirect is not None:
+            return redirect
         try:
             body = await resp.read()
         except _TRANSPORT_ERRORS:

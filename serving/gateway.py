@@ -24,6 +24,7 @@ from serving.config import GatewayConfig
 from serving.errors import BackendError, BackendUnavailable, NotFound, Overloaded, TurnoutError
 from serving.metrics import GatewayMetrics
 from serving.observations import ObservationLog, counts_as_error
+from serving.routing.answer_text import StreamedAnswer, answer_text
 from serving.routing.breaker import BreakerSettings, CircuitBreaker
 from serving.routing.canary import Sample
 from serving.routing.compare import Answer
@@ -122,7 +123,10 @@ class Gateway:
         except asyncio.CancelledError:
             resolve(waiting, Answer(499, "", self._clock() - started))
             raise
-        resolve(waiting, Answer(200, result.text, self._clock() - started))
+        if waiting:
+            resolve(
+                waiting, Answer(200, answer_text(result.text, result.message_extra), self._clock() - started)
+            )
         self._observe(routed, variant, endpoint, 200, attempt_started, None, result.usage)
         return result
 
@@ -211,14 +215,16 @@ class Gateway:
     ) -> AsyncIterator[Chunk]:
         status = 200
         last = first
-        pieces: list[str] | None = [first.text] if waiting else None
+        answer = StreamedAnswer() if waiting else None  # what the shadows are compared with
+        if answer is not None:
+            answer.add(first.text, first.extra)
         try:
             yield first
             if first.finish_reason is None:
                 async for chunk in upstream:
                     last = chunk
-                    if pieces is not None:
-                        pieces.append(chunk.text)
+                    if answer is not None:
+                        answer.add(chunk.text, chunk.extra)
                     yield chunk
         except TurnoutError as exc:
             status = exc.status
@@ -230,8 +236,8 @@ class Gateway:
         finally:
             await _close(upstream)
             self._observe(routed, variant, endpoint, status, started, ttft, last.usage)
-            if waiting:
-                resolve(waiting, Answer(status, "".join(pieces or ()), self._clock() - started))
+            if answer is not None:
+                resolve(waiting, Answer(status, answer.text(), self._clock() - started))
 
     # -- side effects ------------------------------------------------------------------------
 

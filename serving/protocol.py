@@ -37,21 +37,12 @@ class ChatMessage(WireModel):
     content: str | list[TextPart] | None = None
     name: str | None = None
 
-    def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        parts: list[str] = []
-        for index, part in enumerate(self.content):
-            if part.type != "text" or part.text is None:
-                raise ClientError(
-                    f"content part type '{part.type}' is not supported by this model",
-                    param=f"messages.content.{index}.type",
-                    code="unsupported_content",
-                )
-            parts.append(part.text)
-        return "".join(parts)
+    def as_sent(self) -> dict[str, Any]:
+        """The message as the client sent it (OpenAI-compatible upstreams get it whole: tool
+        calls and their ids, names, content parts); adapters that render a prompt flatten it."""
+        if self.model_extra or self.name is not None or not isinstance(self.content, str):
+            return self.model_dump(exclude_unset=True)
+        return {"role": self.role, "content": self.content}  # the common case, without a dump
 
 
 class SamplingFields(WireModel):
@@ -137,7 +128,7 @@ class ChatCompletionRequest(SamplingFields):
         super().check(field)
 
     def message_dicts(self) -> list[dict[str, Any]]:
-        return [{"role": m.role, "content": m.text()} for m in self.messages]
+        return [m.as_sent() for m in self.messages]
 
     def to_generates(self, request_id: str) -> list[GenerateRequest]:
         request = GenerateRequest(

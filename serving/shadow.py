@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from backends.base import Backend, GenerateRequest
 from serving.errors import TurnoutError
 from serving.metrics import GatewayMetrics
+from serving.routing.answer_text import answer_text
 from serving.routing.compare import Answer, compare
 from serving.shadow_recorder import ShadowRecorder
 
@@ -93,7 +94,7 @@ class ShadowTee:
         try:
             async with asyncio.timeout(timeout_s):
                 result = await self._backends[shadow].complete(request)
-            answer = Answer(200, result.text, self._clock() - started)
+            answer = Answer(200, answer_text(result.text, result.message_extra), self._clock() - started)
         except TimeoutError:
             tally.timeouts += 1
             counter.labels(route, shadow, "timeout").inc()

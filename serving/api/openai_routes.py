@@ -147,9 +147,13 @@ def chat_body(
     created: int,
     text: str,
     finish: str,
-    usage: dict[str, int],
+    usage: dict[str, Any],
     logprobs: dict[str, Any] | None = None,
+    message_extra: dict[str, Any] | None = None,
 ) -> bytes:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if message_extra:
+        message.update(message_extra)
     return orjson.dumps(
         {
             "id": f"chatcmpl-{rid}",
@@ -159,7 +163,7 @@ def chat_body(
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": message,
                     "logprobs": logprobs,
                     "finish_reason": finish,
                 }
@@ -174,8 +178,7 @@ def completion_body(rid: str, model: str, created: int, results: list[Completion
     usage = Usage()
     choices = []
     for index, result in enumerate(results):
-        usage.prompt_tokens += result.usage.prompt_tokens
-        usage.completion_tokens += result.usage.completion_tokens
+        usage.add(result.usage)
         choices.append(
             {
                 "index": index,
@@ -205,9 +208,16 @@ async def _sse_events(
 ) -> AsyncIterator[bytes]:
     """Typed chunks → OpenAI stream objects; a mid-stream failure → error event, then [DONE]."""
 
-    def choice(text: str | None, finish: str | None, logprobs: dict[str, Any] | None) -> dict[str, Any]:
+    def choice(
+        text: str | None,
+        finish: str | None,
+        logprobs: dict[str, Any] | None,
+        fields: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         if chat:
             delta = {} if text is None else {"content": text}
+            if fields:  # tool_calls and the like, as the upstream shaped them
+                delta.update(fields)
             return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         return {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
 
@@ -223,8 +233,9 @@ async def _sse_events(
     try:
         async for chunk in chunks:
             logprobs = chunk.logprobs  # this chunk's tokens, on the event that carries their text
-            if chunk.text or (logprobs is not None and chunk.finish_reason is None):
-                yield sse.event({**head, "choices": [choice(chunk.text, None, logprobs)], **extra})
+            if chunk.text or chunk.extra or (logprobs is not None and chunk.finish_reason is None):
+                text = chunk.text if chunk.text or not chunk.extra else None  # a bare tool-call delta
+                yield sse.event({**head, "choices": [choice(text, None, logprobs, chunk.extra)], **extra})
                 logprobs = None
             if chunk.finish_reason is not None:
                 if charge is not None and chunk.usage is not None:
@@ -328,7 +339,14 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
             result = results[0]
             usage = result.usage.as_dict()
             content = chat_body(
-                rid, route, created, result.text, result.finish_reason, usage, result.logprobs
+                rid,
+                route,
+                created,
+                result.text,
+                result.finish_reason,
+                usage,
+                result.logprobs,
+                result.message_extra,
             )
         else:
             content = completion_body(rid, route, created, results)

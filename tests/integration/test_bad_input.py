@@ -134,7 +134,7 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
             "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
         },
         400,
-        "messages.content.0.type",
+        "messages.0.content.0.type",
     ),
     (
         "streamed batch",

@@ -21,6 +21,7 @@ from backends.openai_http import OpenAIHttpBackend
 from backends.settings import OpenAIHttpSettings, TritonSettings
 from backends.triton_http import TritonHttp
 from backends.triton_tensors import ModelFacts
+from tests.integration.aiohttp_upstream import serving
 
 LIMIT = 10.0
 
@@ -38,15 +39,8 @@ async def cookie_server(path: str, answer: dict[str, Any]) -> AsyncIterator[tupl
 
     app = web.Application()
     app.router.add_post(path, handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with serving(app) as port:
         yield f"http://localhost:{port}", seen
-    finally:
-        await runner.cleanup()
 
 
 async def _three_calls(call: Callable[[], Awaitable[object]]) -> None:

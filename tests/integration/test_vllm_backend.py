@@ -10,8 +10,10 @@ needs an NVIDIA GPU) is tested through it too.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -162,3 +164,28 @@ def test_structured_output_passes_through_to_vllm(gateway: Launched) -> None:
     content = chat.choices[0].message.content or ""
     assert orjson.loads(content) in {"yes", "no"}, content
     assert chat.choices[0].finish_reason == "stop"
+
+
+def test_prefix_cache_hits_show_in_usage(vllm: VllmServer, gateway: Launched) -> None:
+    """vLLM (started with --enable-prompt-tokens-details) says how many prompt tokens its prefix
+    cache served; the usage through Turnout carries it, whole and streamed."""
+    client = _client(gateway)
+    system = f"Session {time.monotonic_ns()}: you add two numbers. " * 10  # new, over one cache block
+    messages: list[Any] = [{"role": "system", "content": system}, {"role": "user", "content": "12+34="}]
+    first = client.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=4)
+    again = client.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=4)
+    assert first.usage is not None and again.usage is not None
+    assert first.usage.prompt_tokens_details is not None and again.usage.prompt_tokens_details is not None
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens  # the shared prefix came from the cache
+    streamed = client.chat.completions.create(
+        model="tiny",
+        messages=messages,
+        temperature=0,
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = [chunk.usage for chunk in streamed if chunk.usage is not None]
+    assert len(usage) == 1 and usage[0].prompt_tokens_details is not None
+    assert usage[0].prompt_tokens_details.cached_tokens == again.usage.prompt_tokens_details.cached_tokens

@@ -38,6 +38,8 @@ def test_good_config_loads(tmp_path: Path) -> None:
     assert config.variants["local"].batching.max_batch_size == 8
     remote = config.variants["remote"]
     assert isinstance(remote, OpenAIHttpSettings) and remote.vendor == "amd"
+    # the openai SDK's: a non-streamed answer sends nothing until it is whole
+    assert (remote.timeouts.connect, remote.timeouts.read) == (5.0, 600.0)
     assert [t.weight for t in config.routes["tiny"].targets] == [1.0, 3.0]
 
 
