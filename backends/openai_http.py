@@ -1,8 +1,8 @@
 """Adapter for any OpenAI-compatible upstream: vLLM (CUDA/ROCm/TPU/CPU), trtllm-serve, SGLang.
 
 It sits between ``serving.gateway`` and the engine on the request path: it turns a
-:class:`GenerateRequest` into a ``/chat/completions`` or ``/completions`` POST on one
-pooled keep-alive ``aiohttp.ClientSession``, and the answer back into a
+:class:`GenerateRequest` into a ``/chat/completions`` or ``/completions`` POST on the
+variant's pooled keep-alive connections (``backends/upstream_pool.py``), and the answer back into a
 :class:`Completion` or a stream of :class:`Chunk` (parsed from the upstream SSE as it
 arrives, never buffered whole). Every failure leaves as a typed ``serving.errors``
 error: upstream 4xx → :class:`UpstreamClientError` (same status and body), 5xx or
@@ -14,12 +14,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
 from backends.logprobs import merge_logprobs
 from backends.settings import OpenAIHttpSettings
+from backends.upstream_pool import (
+    ConnectFailed,
+    ConnectTimeout,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamResponse,
+)
 from serving.errors import (
     BackendError,
     BackendTimeout,
@@ -88,11 +94,11 @@ def status_error(name: str, status: int, body: bytes, retry_after: str | None) -
     return BackendError(f"upstream {name} answered {status}{detail}")
 
 
-def redirect_error(name: str, resp: aiohttp.ClientResponse) -> TurnoutError | None:
+def redirect_error(name: str, resp: UpstreamResponse) -> TurnoutError | None:
     """A 3xx answer as a 502 naming where it points, or None for any other status.
 
-    Redirects are not followed (``allow_redirects=False``): aiohttp would turn the POST into a
-    GET on a 301/302 and the client would see the new address's 405, with its body dropped."""
+    Redirects are not followed: a client library would turn the POST into a GET on a 301/302
+    and the client would see the new address's 405, with its body dropped."""
     if not 300 <= resp.status < 400:
         return None
     where = resp.headers.get("location") or "nowhere"
@@ -102,10 +108,10 @@ def redirect_error(name: str, resp: aiohttp.ClientResponse) -> TurnoutError | No
     )
 
 
-_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+_TRANSPORT_ERRORS = (UpstreamError, TimeoutError, OSError)
 # Every request to an upstream (here and Triton's HTTP transport). identity: answers are parsed
-# as they arrive, never inflated (auto_decompress=False), so aiohttp's default offer of
-# gzip/deflate/br must not reach an upstream that would use it (nginx, Triton's /infer).
+# as they arrive and never inflated, so no upstream that compresses when allowed (nginx,
+# Triton's /infer) may send gzip or br.
 UPSTREAM_HEADERS = {
     "content-type": "application/json",
     "user-agent": "turnout",
@@ -115,13 +121,13 @@ UPSTREAM_HEADERS = {
 
 def transport_error(name: str, exc: Exception) -> TurnoutError:
     """Map a connection failure (or a parse failure) to 503 / 504 / 502."""
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return BackendTimeout(f"upstream {name}: connect timeout (or no free pooled connection)")
+    if isinstance(exc, ConnectTimeout):
+        return BackendTimeout(f"upstream {name}: connect timeout (or no free pooled connection): {exc}")
     if isinstance(exc, TimeoutError):
         return BackendTimeout(f"upstream {name}: read timeout")
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, ConnectFailed):
         return BackendUnavailable(f"upstream {name} unreachable: {exc}")
-    if isinstance(exc, aiohttp.ClientError | OSError):
+    if isinstance(exc, UpstreamError | OSError):
         return BackendError(f"upstream {name} failed: {type(exc).__name__}: {exc}")
     return BackendError(f"upstream {name} sent a malformed answer: {type(exc).__name__}: {exc}")
 
@@ -162,61 +168,46 @@ class OpenAIHttpBackend:
             vendor=settings.vendor,
             accelerator=settings.accelerator,
         )
-        base = str(settings.base_url).rstrip("/")
-        self._urls = {"chat": base + "/chat/completions", "completion": base + "/completions"}
+        self._paths = {"chat": "/chat/completions", "completion": "/completions"}
         self._headers = dict(UPSTREAM_HEADERS)
         if settings.api_key:
             self._headers["authorization"] = f"Bearer {settings.api_key}"
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: UpstreamPool | None = None
 
     async def start(self) -> None:
-        if self._session is not None:
+        if self._pool is not None:
             return
         t = self.settings.timeouts
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self.settings.max_connections, limit_per_host=0),
-            # connect = waiting for a pooled connection + opening one; sock_read = per read.
-            timeout=aiohttp.ClientTimeout(
-                total=None, connect=t.pool + t.connect, sock_connect=t.connect, sock_read=t.read
-            ),
+        # One pool serves every client: no cookie, redirect or proxy state is kept in it.
+        self._pool = UpstreamPool(
+            str(self.settings.base_url),
+            limit=self.settings.max_connections,
+            connect_timeout=t.connect,
+            read_timeout=t.read,
+            pool_timeout=t.pool,
             headers=self._headers,
-            auto_decompress=False,
-            trust_env=False,
-            # One session serves every client: an upstream's Set-Cookie must not ride along on
-            # other clients' requests (and skipping the jar saves work on every call).
-            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
 
     def ready(self) -> bool:
-        return self._session is not None
+        return self._pool is not None
 
-    async def _post(self, request: GenerateRequest, stream: bool) -> aiohttp.ClientResponse:
-        session = self._session
-        if session is None:
+    async def _post(self, request: GenerateRequest, stream: bool) -> UpstreamResponse:
+        pool = self._pool
+        if pool is None:
             raise BackendUnavailable(f"backend {self.name} is not started")
         rid = request.request_id
-        headers = {"x-request-id": rid} if rid and rid.isprintable() else None
-        url, body = self._urls[request.kind], self._body(request, stream)
-        for attempt in (1, 2):
-            try:
-                return await session.post(url, data=body, headers=headers, allow_redirects=False)
-            except aiohttp.ClientConnectorError as exc:  # nothing listens: no retry
-                raise transport_error(self.name, exc) from exc
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                # A pooled connection the upstream had just closed: the request never got an
-                # answer byte, so send it once more on a fresh connection (as urllib3 does).
-                if attempt == 2:
-                    raise transport_error(self.name, exc) from exc
-            except _TRANSPORT_ERRORS as exc:
-                raise transport_error(self.name, exc) from exc
-        raise AssertionError("unreachable")
+        headers = {"x-request-id": rid} if rid and rid.isascii() and rid.isprintable() else None
+        try:
+            return await pool.send("POST", self._paths[request.kind], self._body(request, stream), headers)
+        except _TRANSPORT_ERRORS as exc:
+            raise transport_error(self.name, exc) from exc
 
-    async def _fail(self, resp: aiohttp.ClientResponse) -> TurnoutError:
+    async def _fail(self, resp: UpstreamResponse) -> TurnoutError:
         """The typed error for a non-2xx answer (its body read whole)."""
         redirect = redirect_error(self.name, resp)
         if redirect is not None:
@@ -288,7 +279,7 @@ class OpenAIHttpBackend:
         try:
             if resp.status >= 300:
                 raise await self._fail(resp)
-            async for chunk in self._events(resp.content.iter_any(), request.kind == "chat"):
+            async for chunk in self._events(resp.iter_chunks(), request.kind == "chat"):
                 yield chunk
         except _TRANSPORT_ERRORS as exc:
             raise transport_error(self.name, exc) from exc

@@ -1,10 +1,11 @@
 """Triton's HTTP generate extension: ``/v2/models/{m}/generate`` (JSON) and ``/generate_stream`` (SSE).
 
-The transport under ``backends/triton.py`` for ``protocol: generate``: one pooled keep-alive
-``aiohttp`` session per variant (as ``backends/openai_http.py``), inputs as a flat JSON object,
-each response's outputs back as a dict, parsed from the SSE stream as it arrives. Triton's
-quirks handled here: an error inside a stream is an SSE ``{"error": …}`` event (with HTTP 200 once
-the stream has started), and ``/generate`` on a decoupled model answers 200 with an error body.
+The transport under ``backends/triton.py`` for ``protocol: generate``: one pool of keep-alive
+connections per variant (``backends/upstream_pool.py``, as ``backends/openai_http.py``), inputs
+as a flat JSON object, each response's outputs back as a dict, parsed from the SSE stream as it
+arrives. Triton's quirks handled here: an error inside a stream is an SSE ``{"error": …}`` event
+(with HTTP 200 once the stream has started), and ``/generate`` on a decoupled model answers 200
+with an error body.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import orjson
 
 from backends.openai_http import UPSTREAM_HEADERS, redirect_error, transport_error
 from backends.settings import TritonSettings
 from backends.triton_tensors import ModelFacts, status_error
+from backends.upstream_pool import UpstreamError, UpstreamPool, UpstreamResponse
 from serving.errors import BackendError, BackendUnavailable, TurnoutError
 
-_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+_TRANSPORT_ERRORS = (UpstreamError, TimeoutError, OSError)
 
 
 def error_message(body: bytes) -> str:
@@ -45,53 +46,44 @@ class TritonHttp:
         assert settings.url is not None  # the settings validator makes sure
         self.name = name
         self.settings = settings
-        self._base = str(settings.url).rstrip("/") + "/v2/models/"
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: UpstreamPool | None = None
 
     @property
     def started(self) -> bool:
-        return self._session is not None
+        return self._pool is not None
 
     async def start(self) -> None:
-        if self._session is not None:
+        if self._pool is not None:
             return
         t = self.settings.timeouts
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self.settings.max_connections, limit_per_host=0),
-            timeout=aiohttp.ClientTimeout(
-                total=None, connect=t.pool + t.connect, sock_connect=t.connect, sock_read=t.read
-            ),
+        self._pool = UpstreamPool(  # shared by every client: no cookie or redirect state in it
+            str(self.settings.url),
+            limit=self.settings.max_connections,
+            connect_timeout=t.connect,
+            read_timeout=t.read,
+            pool_timeout=t.pool,
             headers=UPSTREAM_HEADERS,
-            auto_decompress=False,
-            trust_env=False,
-            cookie_jar=aiohttp.DummyCookieJar(),  # shared by every client: replay no one's cookie
         )
 
     async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
 
     def _url(self, model: str, suffix: str) -> str:
-        return self._base + quote(model, safe="") + suffix
+        """The path of ``model``'s ``suffix`` endpoint, under the server URL's own path."""
+        return "/v2/models/" + quote(model, safe="") + suffix
 
-    async def _send(self, method: str, url: str, body: bytes | None = None) -> aiohttp.ClientResponse:
-        session = self._session
-        if session is None:
+    async def _send(self, method: str, path: str, body: bytes | None = None) -> UpstreamResponse:
+        pool = self._pool
+        if pool is None:
             raise BackendUnavailable(f"backend {self.name} is not started")
-        for attempt in (1, 2):
-            try:
-                return await session.request(method, url, data=body, allow_redirects=False)
-            except aiohttp.ClientConnectorError as exc:  # nothing listens: no retry
-                raise transport_error(self.name, exc) from exc
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                if attempt == 2:  # a pooled connection closed under us: resend once on a fresh one
-                    raise transport_error(self.name, exc) from exc
-            except _TRANSPORT_ERRORS as exc:
-                raise transport_error(self.name, exc) from exc
-        raise AssertionError("unreachable")
+        try:
+            return await pool.send(method, path, body)
+        except _TRANSPORT_ERRORS as exc:
+            raise transport_error(self.name, exc) from exc
 
-    async def _failure(self, resp: aiohttp.ClientResponse) -> TurnoutError:
+    async def _failure(self, resp: UpstreamResponse) -> TurnoutError:
         redirect = redirect_error(self.name, resp)
         if redirect is not None:
             return redirect
@@ -144,7 +136,7 @@ class TritonHttp:
         try:
             if resp.status >= 300:
                 raise await self._failure(resp)
-            async for event in _sse_events(resp.content.iter_any()):
+            async for event in _sse_events(resp.iter_chunks()):
                 try:
                     data = orjson.loads(event)
                 except orjson.JSONDecodeError as exc:

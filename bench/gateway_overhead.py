@@ -3,8 +3,9 @@
 Path measured: load generator → [gateway] → ``backends/fault.py`` (the fast fake upstream).
 The same load runs (a) straight at the fault server, (b) through ``turnout serve`` and (c)
 through the LiteLLM proxy, so (b) − (a) and (c) − (a) are the latency each gateway adds. A
-``bare`` row (``bench/bare_proxy.py``: uvicorn + aiohttp relaying the body, no gateway logic)
-shows the floor of the chosen stack on this machine; Turnout minus bare is its own logic.
+``bare`` row (``bench/bare_proxy.py``: uvicorn + Turnout's upstream pool relaying the body, no
+gateway logic) shows the floor of the chosen stack on this machine; Turnout minus bare is its own
+logic. ``bare-aiohttp`` is the same relay on aiohttp's client, which Turnout used before.
 
 Placement on the 2 cores: gateways run alone on core 0 (``taskset -c 0``, one uvicorn
 worker); the fault server and this process (the load generator) share core 1. The load
@@ -246,9 +247,10 @@ def turnout_cmd(fault_url: str, port: int, tmp: Path, shadow_rate: float | None 
     return [*base, "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]
 
 
-def bare_cmd(fault_url: str, port: int) -> list[str]:
-    """``bench/bare_proxy.py``: uvicorn + aiohttp relaying the request, none of Turnout's logic."""
-    return [sys.executable, str(ROOT / "bench" / "bare_proxy.py"), fault_url, str(port)]
+def bare_cmd(fault_url: str, port: int, client: str = "pool") -> list[str]:
+    """``bench/bare_proxy.py``: uvicorn relaying the request with ``client`` (Turnout's upstream
+    pool or aiohttp), none of Turnout's logic."""
+    return [sys.executable, str(ROOT / "bench" / "bare_proxy.py"), fault_url, str(port), "--client", client]
 
 
 def ensure_litellm() -> Path | None:
@@ -400,7 +402,13 @@ def report(rows: dict[str, dict[str, float]], rtt_us: float | None = None) -> di
         beyond = rows["turnout"]["p50_ms"] - rows["bare"]["p50_ms"]
         summary["turnout_beyond_bare_p50_ms"] = beyond
         print(f"Turnout's own logic (turnout - bare, c=1 p50): {beyond:+.3f} ms; the bare uvicorn + "
-              f"aiohttp relay adds {rows['bare']['added_p50_ms']:.3f} ms by itself")
+              f"upstream-pool relay adds {rows['bare']['added_p50_ms']:.3f} ms by itself")
+    if "bare" in rows and "bare-aiohttp" in rows:
+        gain = rows["bare-aiohttp"]["p50_ms"] - rows["bare"]["p50_ms"]
+        summary["pool_vs_aiohttp_p50_ms"] = gain
+        speedup = rows["bare"]["rps_c32"] / rows["bare-aiohttp"]["rps_c32"]
+        print(f"the same relay on aiohttp's client (bare-aiohttp) is {gain:+.3f} ms slower at c=1 p50; "
+              f"the pool serves {speedup:.2f}x its req/s at c=32")
     if "turnout" in rows and "litellm" in rows:
         t, lite = rows["turnout"], rows["litellm"]
         ratios = {"added_p50 turnout/litellm": t["added_p50_ms"] / lite["added_p50_ms"],
@@ -424,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
     parser.add_argument("--skip-turnout", action="store_true")
     parser.add_argument("--skip-litellm", action="store_true")
-    parser.add_argument("--skip-bare", action="store_true", help="leave out the bare uvicorn+aiohttp row")
+    parser.add_argument("--skip-bare", action="store_true", help="leave out the bare relay rows")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = Sizes(300, 5, 2, 200, 50, 50) if args.quick else Sizes(3000, 20, 5, 1500, 300, 2000)
@@ -447,10 +455,10 @@ def main(argv: list[str] | None = None) -> int:
                     rows["turnout"] = measure("turnout", port, sizes, proc.pid)
             except RuntimeError as exc:
                 print(f"Turnout failed: {exc}\n{(tmp / 'turnout.log').read_text()[-3000:]}", flush=True)
-        if not args.skip_bare:
-            port = _free_port()
-            with gateway(bare_cmd(fault.url, port), port, 60) as proc:
-                rows["bare"] = measure("bare", port, sizes, proc.pid)
+        for client in () if args.skip_bare else ("pool", "aiohttp"):
+            port, name = _free_port(), "bare" if client == "pool" else "bare-aiohttp"
+            with gateway(bare_cmd(fault.url, port, client), port, 60) as proc:
+                rows[name] = measure(name, port, sizes, proc.pid)
         exe = None if args.skip_litellm else ensure_litellm()
         if exe is not None:
             port = _free_port()

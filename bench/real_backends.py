@@ -21,8 +21,8 @@ A control row (``--control-ms``, default 5; 0 leaves it out) runs the same c=1 c
 against the fault server answering after that many ms, through an ``openai_http`` variant: the
 gateway's path with no engine at all, idle for about as long as it waits for Triton. For every
 engine and the control, a third path at c=1 sends the direct request through
-``bench/bare_proxy.py`` (uvicorn + aiohttp relaying the body, none of Turnout's logic): what the
-chosen stack and the extra hop cost by themselves in front of that engine. On this VM a core that
+``bench/bare_proxy.py`` (uvicorn + the upstream pool relaying the body, none of Turnout's logic):
+what the chosen stack and the extra hop cost by themselves in front of that engine. On this VM a core that
 has idled a few ms wakes slowly (a cross-core ping-pong is ~40 µs busy, ~145 µs after 5 ms idle)
 and the gateway's Python then runs on cold caches, so these add far more than
 ``gateway_overhead.py``'s back-to-back figure; Turnout's added p50 minus the bare relay's is what
@@ -327,7 +327,7 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
         added, turnout = bare["added_p50_ms"], rows["turnout c=1"]["added_p50_ms"]
         summary["figures"][f"{engine} bare c=1"] = {"added_p50_ms": added}
         print(
-            f"bare relay (bench/bare_proxy.py: uvicorn + aiohttp, no gateway logic) in front of "
+            f"bare relay (bench/bare_proxy.py: uvicorn + upstream pool, no gateway logic) in front of "
             f"{'the ' if engine == 'control' else ''}{engine}: added p50 {added:.3f} ms at c=1; "
             f"Turnout's {turnout:.3f} ms is {turnout - added:+.3f} ms beyond it"
         )

@@ -33,7 +33,8 @@ def test_gateway_overhead_bench_prints_its_table() -> None:
     assert "added p50 (ms)" in out
     assert "c=32 throughput (req/s)" in out
     assert "targets (Turnout)" in out
-    assert "Turnout's own logic (turnout - bare, c=1 p50)" in out  # the bare uvicorn+aiohttp row ran
+    assert "Turnout's own logic (turnout - bare, c=1 p50)" in out  # the bare relay rows ran
+    assert "the same relay on aiohttp's client (bare-aiohttp)" in out
     if len(os.sched_getaffinity(0)) >= 2:  # one core: nothing to ping-pong between
         assert "this machine: cross-core round trip p50" in out
 
@@ -59,6 +60,6 @@ def test_real_backends_bench_prints_its_table(vllm: VllmServer, triton: TritonSe
     assert "targets (control)" not in out and "control (fault server answering after 5 ms" in out
     for where in ("vllm", "triton", "the control"):  # the bare relay ran in front of each
         assert (
-            f"bare relay (bench/bare_proxy.py: uvicorn + aiohttp, no gateway logic) in front of {where}"
+            f"bare relay (bench/bare_proxy.py: uvicorn + upstream pool, no gateway logic) in front of {where}"
             in out
         )
