@@ -70,6 +70,8 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.used = False  # has carried a request before: the upstream may have closed it idle
+        self.busy = False  # a request is in flight on it
+        self.got_bytes = False  # some of the answer arrived: a retry could repeat its effect
         self.status = 0
         self.headers: dict[str, str] = {}
         self.keep_alive = True
@@ -91,6 +93,10 @@ class _Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        if not self.busy:  # bytes nobody asked for: this connection's framing can't be trusted
+            self.close()
+            return
+        self.got_bytes = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -106,7 +112,7 @@ class _Connection(asyncio.Protocol):
         elif not self.complete and self.error is None:
             self.error = Disconnected(
                 "the upstream closed the connection" + (f": {exc}" if exc else ""),
-                before_answer=not self.headers_done and self.buffered == 0 and not self.status,
+                before_answer=not self.got_bytes,
             )
             self._wake()
 
@@ -117,9 +123,6 @@ class _Connection(asyncio.Protocol):
         pass
 
     # -- httptools callbacks ----------------------------------------------------------------
-
-    def on_status(self, status: bytes) -> None:
-        self.status = self.parser.get_status_code()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         key = name.decode("latin-1").lower()
@@ -168,7 +171,7 @@ class _Connection(asyncio.Protocol):
     def reset(self) -> None:
         """Ready for the next request on this connection."""
         self.status, self.headers, self.keep_alive = 0, {}, True
-        self.headers_done = self.complete = False
+        self.headers_done = self.complete = self.busy = self.got_bytes = False
         self.error = None
         self.body.clear()
         self.buffered = 0
@@ -343,6 +346,7 @@ class UpstreamPool:
 
     async def _exchange(self, conn: _Connection, head: bytes, body: bytes | None) -> UpstreamResponse:
         assert conn.transport is not None
+        conn.busy = True
         conn.transport.write(head + body if body else head)
         while not conn.headers_done:
             if conn.error is not None:

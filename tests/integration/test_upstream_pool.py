@@ -364,3 +364,25 @@ async def test_https_verifies_the_upstream_certificate(
             resp.release()
         finally:
             await trusting.close()
+
+
+async def test_bytes_on_an_idle_connection_retire_it() -> None:
+    async def chatty(up: Upstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await up.read_request(reader)
+        writer.write(ok(b"mine"))
+        await asyncio.sleep(0.1)
+        writer.write(ok(b"nobody asked"))  # after the answer, unasked: the framing is off
+        await writer.drain()
+        await reader.read()
+
+    async with upstream(chatty) as up:
+        pool = pool_for(up.port)
+        try:
+            for _ in range(2):
+                resp = await pool.send("POST", "/x", b"{}")
+                assert await resp.read() == b"mine"
+                resp.release()
+                await asyncio.sleep(0.3)
+        finally:
+            await pool.close()
+    assert up.connections == 2  # the second request went on a fresh connection
