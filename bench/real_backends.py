@@ -130,6 +130,16 @@ def last_core() -> int | None:
     return cores[-1] if len(cores) > 1 else None
 
 
+def keep_off_the_engines_core() -> None:
+    """This process (the load generator) and what it starts from now on (the gateway, the bare
+    relay) on every core but the engines' one, as the placement above says; without it the
+    scheduler now and then ran the gateway on the core where vLLM busy-waits."""
+    core = last_core()
+    if core is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, set(os.sched_getaffinity(0)) - {core})
+
+
 def pin_group(pgid: int, core: int) -> None:
     """Every thread of every process in process group ``pgid`` onto ``core``."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -368,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         tmp = Path(tmpdir)
         control_url = None
+        keep_off_the_engines_core()
         if args.control_ms > 0:
             control = FaultServer(process=True, cpu=last_core(), default=f"latency={args.control_ms:g}")
             control_url = stack.enter_context(control).url + "/v1"
