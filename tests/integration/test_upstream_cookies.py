@@ -1,10 +1,11 @@
 """Upstream cookies stay with the answer that set them: no adapter replays them on later calls.
 
-Each HTTP adapter keeps one pooled ``aiohttp`` session for every client of a variant, so a
-cookie jar would send one client's ``Set-Cookie`` (an upstream session, a load balancer's
-sticky-session cookie) on everyone's later requests. A real aiohttp server on ``localhost``
-(a host name: aiohttp keeps no cookies from IP addresses) sets a new cookie on every answer
-and records the ``Cookie`` header of each request.
+Each HTTP adapter keeps one connection pool for every client of a variant, so a cookie jar
+there would send one client's ``Set-Cookie`` (an upstream session, a load balancer's
+sticky-session cookie) on everyone's later requests (aiohttp's default jar did, until the
+adapters used a dummy one; ``backends/upstream_pool.py`` keeps none). A real aiohttp server on
+``localhost`` (a host name: cookie jars ignore cookies from IP addresses) sets a new cookie on
+every answer and records the ``Cookie`` header of each request.
 """
 
 from __future__ import annotations

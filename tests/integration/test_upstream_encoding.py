@@ -1,9 +1,9 @@
 """Upstream answers arrive uncompressed: the HTTP adapters ask for ``identity`` encoding.
 
-Both adapters read the upstream's bytes as they are (``auto_decompress=False``: a stream is
-parsed chunk by chunk and nothing is inflated on the hot path), so they must not offer
-``gzip``/``br``: aiohttp would otherwise send its default ``Accept-Encoding: gzip, deflate, br``
-and an upstream that honours it (nginx with ``gzip on`` in front of vLLM, Triton's own
+Both adapters read the upstream's bytes as they are (a stream is parsed chunk by chunk and
+nothing is inflated on the hot path), so they must not offer ``gzip``/``br``: a client library's
+default ``Accept-Encoding: gzip, deflate, br`` (aiohttp's, which the adapters used before) would
+reach an upstream that honours it (nginx with ``gzip on`` in front of vLLM, Triton's own
 ``/infer``) would answer with bytes the adapter cannot parse. A real aiohttp server on
 127.0.0.1 compresses whenever the request allows it, as such an upstream does.
 """
