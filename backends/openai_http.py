@@ -18,7 +18,7 @@ import orjson
 
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
 from backends.logprobs import merge_logprobs
-from backends.settings import OpenAIHttpSettings
+from backends.settings import OpenAIHttpSettings, TimeoutSettings
 from backends.upstream_pool import (
     ConnectFailed,
     ConnectTimeout,
@@ -119,6 +119,38 @@ UPSTREAM_HEADERS = {
 }
 
 
+def upstream_pool(
+    url: str, max_connections: int, timeouts: TimeoutSettings, headers: dict[str, str]
+) -> UpstreamPool:
+    """The pool one HTTP variant (here, or Triton's HTTP transport) shares among all its clients:
+    no cookie, redirect or proxy state is kept in it."""
+    return UpstreamPool(
+        url,
+        limit=max_connections,
+        connect_timeout=timeouts.connect,
+        read_timeout=timeouts.read,
+        pool_timeout=timeouts.pool,
+        headers=headers,
+    )
+
+
+async def send_upstream(
+    name: str,
+    pool: UpstreamPool | None,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> UpstreamResponse:
+    """One request on variant ``name``'s pool; its answer once the head is in, or a typed error."""
+    if pool is None:
+        raise BackendUnavailable(f"backend {name} is not started")
+    try:
+        return await pool.send(method, path, body, headers)
+    except _TRANSPORT_ERRORS as exc:
+        raise transport_error(name, exc) from exc
+
+
 def transport_error(name: str, exc: Exception) -> TurnoutError:
     """Map a connection failure (or a parse failure) to 503 / 504 / 502."""
     if isinstance(exc, ConnectTimeout):
@@ -177,15 +209,9 @@ class OpenAIHttpBackend:
     async def start(self) -> None:
         if self._pool is not None:
             return
-        t = self.settings.timeouts
-        # One pool serves every client: no cookie, redirect or proxy state is kept in it.
-        self._pool = UpstreamPool(
-            str(self.settings.base_url),
-            limit=self.settings.max_connections,
-            connect_timeout=t.connect,
-            read_timeout=t.read,
-            pool_timeout=t.pool,
-            headers=self._headers,
+        settings = self.settings
+        self._pool = upstream_pool(
+            str(settings.base_url), settings.max_connections, settings.timeouts, self._headers
         )
 
     async def close(self) -> None:
@@ -197,15 +223,10 @@ class OpenAIHttpBackend:
         return self._pool is not None
 
     async def _post(self, request: GenerateRequest, stream: bool) -> UpstreamResponse:
-        pool = self._pool
-        if pool is None:
-            raise BackendUnavailable(f"backend {self.name} is not started")
         rid = request.request_id
         headers = {"x-request-id": rid} if rid and rid.isascii() and rid.isprintable() else None
-        try:
-            return await pool.send("POST", self._paths[request.kind], self._body(request, stream), headers)
-        except _TRANSPORT_ERRORS as exc:
-            raise transport_error(self.name, exc) from exc
+        body = self._body(request, stream)
+        return await send_upstream(self.name, self._pool, "POST", self._paths[request.kind], body, headers)
 
     async def _fail(self, resp: UpstreamResponse) -> TurnoutError:
         """The typed error for a non-2xx answer (its body read whole)."""

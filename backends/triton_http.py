@@ -16,11 +16,17 @@ from urllib.parse import quote
 
 import orjson
 
-from backends.openai_http import UPSTREAM_HEADERS, redirect_error, transport_error
+from backends.openai_http import (
+    UPSTREAM_HEADERS,
+    redirect_error,
+    send_upstream,
+    transport_error,
+    upstream_pool,
+)
 from backends.settings import TritonSettings
 from backends.triton_tensors import ModelFacts, status_error
 from backends.upstream_pool import UpstreamError, UpstreamPool, UpstreamResponse
-from serving.errors import BackendError, BackendUnavailable, TurnoutError
+from serving.errors import BackendError, TurnoutError
 
 _TRANSPORT_ERRORS = (UpstreamError, TimeoutError, OSError)
 
@@ -55,14 +61,9 @@ class TritonHttp:
     async def start(self) -> None:
         if self._pool is not None:
             return
-        t = self.settings.timeouts
-        self._pool = UpstreamPool(  # shared by every client: no cookie or redirect state in it
-            str(self.settings.url),
-            limit=self.settings.max_connections,
-            connect_timeout=t.connect,
-            read_timeout=t.read,
-            pool_timeout=t.pool,
-            headers=UPSTREAM_HEADERS,
+        settings = self.settings
+        self._pool = upstream_pool(
+            str(settings.url), settings.max_connections, settings.timeouts, UPSTREAM_HEADERS
         )
 
     async def close(self) -> None:
@@ -75,13 +76,7 @@ class TritonHttp:
         return "/v2/models/" + quote(model, safe="") + suffix
 
     async def _send(self, method: str, path: str, body: bytes | None = None) -> UpstreamResponse:
-        pool = self._pool
-        if pool is None:
-            raise BackendUnavailable(f"backend {self.name} is not started")
-        try:
-            return await pool.send(method, path, body)
-        except _TRANSPORT_ERRORS as exc:
-            raise transport_error(self.name, exc) from exc
+        return await send_upstream(self.name, self._pool, method, path, body)
 
     async def _failure(self, resp: UpstreamResponse) -> TurnoutError:
         redirect = redirect_error(self.name, resp)
