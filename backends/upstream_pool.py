@@ -328,6 +328,10 @@ class UpstreamPool:
         else:
             conn.close()
             self._open -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        """A connection or a slot is free: the longest waiter may take it."""
         while self._slot_waiters:
             waiter = self._slot_waiters.popleft()
             if not waiter.done():
@@ -371,6 +375,8 @@ class UpstreamPool:
                 async with asyncio.timeout_at(deadline):
                     await waiter
             except TimeoutError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken as the deadline passed: hand the free slot on
                 raise ConnectTimeout(f"no free connection within {self.pool_timeout:g} s") from None
             finally:
                 if not waiter.done():
@@ -382,6 +388,7 @@ class UpstreamPool:
             return await self._connect(loop)
         except BaseException:
             self._open -= 1
+            self._wake_one()  # the slot it held is free again
             raise
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Connection:

@@ -386,3 +386,34 @@ async def test_bytes_on_an_idle_connection_retire_it() -> None:
         finally:
             await pool.close()
     assert up.connections == 2  # the second request went on a fresh connection
+
+
+async def test_a_failed_connect_frees_its_slot_for_a_waiter(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with upstream(answer_each) as up:
+        pool = pool_for(up.port, limit=1, pool_timeout=5.0)
+        real_connect = pool._connect
+        release = asyncio.Event()
+        calls = 0
+
+        async def first_connect_fails(loop: asyncio.AbstractEventLoop) -> object:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # failure injection: the first connect fails once the second caller waits
+                await release.wait()
+                raise ConnectFailed("injected")
+            return await real_connect(loop)
+
+        monkeypatch.setattr(pool, "_connect", first_connect_fails)
+        try:
+            first = asyncio.ensure_future(pool.send("POST", "/x", b"a"))
+            await asyncio.sleep(0.05)
+            second = asyncio.ensure_future(pool.send("POST", "/x", b"b"))
+            await asyncio.sleep(0.05)  # the second waits for the only slot
+            release.set()
+            with pytest.raises(ConnectFailed):
+                await first
+            resp = await asyncio.wait_for(second, 2.0)  # well before the 5 s pool timeout
+            assert await resp.read() == b"echo:b"
+            resp.release()
+        finally:
+            await pool.close()
