@@ -64,12 +64,17 @@ def _send(url: str, count: int) -> None:
         assert reply.status_code == 200, reply.text
 
 
+FLOOD_CLIENTS = 40  # over 2 batches' worth (max_batch_size 16): the queue never drains
+
+
 def _flood(server: TritonServer, stop: threading.Event) -> None:
+    # ignore_eos: every flood request decodes all 200 tokens, so a batch cannot end early and
+    # leave the queue empty for a scrape to see (an early EOS let 4 of 20 requests through).
     with httpx.Client(timeout=60) as client:
         while not stop.is_set():
             client.post(
                 f"{server.http_url}/v2/models/turnout_tiny/generate",
-                json={"text_input": "the", "max_tokens": 200},
+                json={"text_input": "the", "max_tokens": 200, "ignore_eos": True},
             )
 
 
@@ -79,8 +84,8 @@ def test_a_loaded_triton_replica_gets_fewer_new_requests(gateway: str, triton: T
     assert min(idle) >= 2 and sum(idle) == 20, f"both replicas serve while idle: {idle}"
 
     stop = threading.Event()
-    with ThreadPoolExecutor(24) as pool:
-        for _ in range(24):
+    with ThreadPoolExecutor(FLOOD_CLIENTS) as pool:
+        for _ in range(FLOOD_CLIENTS):
             pool.submit(_flood, triton, stop)
         try:
 
