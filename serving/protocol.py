@@ -65,8 +65,9 @@ class SamplingFields(WireModel):
     def check(self, max_tokens_field: str = "max_tokens") -> None:
         if self.n is not None and self.n != 1:
             raise ClientError("only n=1 is supported", param="n", code="unsupported_value")
+        extra = self.model_extra  # None or {} on most requests: no extension field to check
         max_tokens = self.effective_max_tokens()
-        scoring = max_tokens == 0 and self.extra_fields().get("echo") is True  # score the prompt only
+        scoring = max_tokens == 0 and extra is not None and extra.get("echo") is True  # score the prompt only
         if max_tokens is not None and max_tokens < 1 and not scoring:
             raise ClientError(
                 f"{max_tokens_field} must be at least 1, got {max_tokens}",
@@ -79,7 +80,8 @@ class SamplingFields(WireModel):
             raise ClientError("stream_options is only allowed when stream is true", param="stream_options")
         if isinstance(self.stop, list) and len(self.stop) > _MAX_STOP_SEQUENCES:
             raise ClientError(f"at most {_MAX_STOP_SEQUENCES} stop sequences", param="stop")
-        logprob_options(self.kind, self.extra_fields())  # logprobs / top_logprobs / echo: a 400 naming it
+        if extra:
+            logprob_options(self.kind, extra)  # logprobs / top_logprobs / echo: a 400 naming it
 
     def effective_max_tokens(self) -> int | None:
         return self.max_tokens
