@@ -1,8 +1,8 @@
 """Scrape each replica's own Prometheus ``/metrics`` for its load; off the request path.
 
 A background task of ``backends/replica_set.py``: every ``probe_interval_s`` it GETs every
-replica's metrics (one small keep-alive ``aiohttp`` session of its own, never the request
-pools), parses the figures that say how busy the engine is, and reports them per replica
+replica's metrics (one small keep-alive :class:`UpstreamPool` per replica, never the
+request pools), parses the figures that say how busy the engine is, and reports them per replica
 through a callback. Requests never wait on it; they read the last figures it left.
 
 Figures read (a metric the engine does not export stays None)::
@@ -26,9 +26,11 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+
+from backends.upstream_pool import UpstreamError, UpstreamPool
 
 log = logging.getLogger("turnout")
 
@@ -87,6 +89,25 @@ def parse_load(text: str) -> EngineLoad:
     return EngineLoad(waiting=first(_WAITING), running=first(_RUNNING), kv_usage=first(_KV))
 
 
+_PROBE_HEADERS = {"accept": "text/plain", "user-agent": "turnout-load-probe"}
+
+
+def _pool_for(url: str, timeout: float) -> tuple[UpstreamPool, str]:
+    """A two-connection pool on ``url``'s origin, and the request target (path and query)."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    origin = f"{parts.scheme}://{parts.netloc}"
+    pool = UpstreamPool(
+        origin,
+        limit=2,
+        connect_timeout=timeout,
+        read_timeout=timeout,
+        pool_timeout=timeout,
+        headers=_PROBE_HEADERS,
+    )
+    return pool, target
+
+
 # (replica index, its load or None when the probe failed, monotonic time the round started)
 ProbeReport = Callable[[int, EngineLoad | None, float], None]
 
@@ -107,17 +128,12 @@ class LoadProbe:
         self.on_result = on_result
         self.clock = clock
         self.rounds = 0
-        self._session: aiohttp.ClientSession | None = None
+        self._pools: list[tuple[UpstreamPool, str]] | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=max(4, len(self.urls)), limit_per_host=2),
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                headers={"accept": "text/plain", "user-agent": "turnout-load-probe"},
-                trust_env=False,
-            )
+        if self._pools is None:
+            self._pools = [_pool_for(url, self.timeout) for url in self.urls]
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="turnout-load-probe")
 
@@ -127,32 +143,36 @@ class LoadProbe:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pools, self._pools = self._pools, None
+        for pool, _ in pools or ():
+            await pool.close()
 
     async def probe_once(self) -> None:
         """One round: every replica at once; each reports as soon as the round is done."""
         started = self.clock()
-        results = await asyncio.gather(*(self._scrape(url) for url in self.urls))
+        results = await asyncio.gather(*(self._scrape(index) for index in range(len(self.urls))))
         for index, load in enumerate(results):
             self.on_result(index, load, started)
         self.rounds += 1
 
-    async def _scrape(self, url: str) -> EngineLoad | None:
-        session = self._session
-        if session is None:
+    async def _scrape(self, index: int) -> EngineLoad | None:
+        if self._pools is None:
             return None
+        pool, target = self._pools[index]
         try:
-            async with session.get(url) as resp:
-                if resp.status >= 500:
-                    return None
-                if resp.status != 200:
-                    return NO_FIGURES  # up, but nothing to read there
-                text = await resp.text(errors="replace")
-        except (aiohttp.ClientError, TimeoutError, OSError):
+            async with asyncio.timeout(self.timeout):  # the whole scrape, as well as each wait
+                resp = await pool.send("GET", target)
+                try:
+                    if resp.status >= 500:
+                        return None
+                    if resp.status != 200:
+                        return NO_FIGURES  # up, but nothing to read there
+                    body = await resp.read()
+                finally:
+                    resp.release()
+        except (UpstreamError, TimeoutError, OSError):
             return None
-        return parse_load(text)
+        return parse_load(body.decode("utf-8", errors="replace"))
 
     async def _run(self) -> None:
         while True:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -455,7 +456,11 @@ def main(argv: list[str] | None = None) -> int:
                     rows["turnout"] = measure("turnout", port, sizes, proc.pid)
             except RuntimeError as exc:
                 print(f"Turnout failed: {exc}\n{(tmp / 'turnout.log').read_text()[-3000:]}", flush=True)
-        for client in () if args.skip_bare else ("pool", "aiohttp"):
+        clients = () if args.skip_bare else ("pool", "aiohttp")
+        if "aiohttp" in clients and importlib.util.find_spec("aiohttp") is None:
+            print("bare-aiohttp skipped: aiohttp is not installed (pip install 'turnout[bench]')", flush=True)
+            clients = ("pool",)
+        for client in clients:
             port, name = _free_port(), "bare" if client == "pool" else "bare-aiohttp"
             with gateway(bare_cmd(fault.url, port, client), port, 60) as proc:
                 rows[name] = measure(name, port, sizes, proc.pid)
