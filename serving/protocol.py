@@ -7,9 +7,10 @@ backends that understand them), strict about the types of the fields we use, so 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, NotRequired, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, with_config
+from typing_extensions import TypedDict
 
 from backends.base import GenerateRequest, RequestKind, SamplingParams
 from backends.openai_fields import logprob_options
@@ -27,22 +28,24 @@ class StreamOptions(WireModel):
     include_usage: bool = False
 
 
-class TextPart(WireModel):
+# Messages (and their content parts) validate straight into the dicts that adapters receive:
+# no model object per message, and nothing to dump back. The client's own keys (tool calls and
+# their ids, names, image parts) are kept as sent, since OpenAI-compatible upstreams take the
+# message whole; adapters that render a prompt read role and content.
+_AS_SENT = ConfigDict(extra="allow", strict=True)
+
+
+@with_config(_AS_SENT)
+class TextPart(TypedDict):
     type: str
-    text: str | None = None
+    text: NotRequired[str | None]
 
 
-class ChatMessage(WireModel):
+@with_config(_AS_SENT)
+class ChatMessage(TypedDict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
-    name: str | None = None
-
-    def as_sent(self) -> dict[str, Any]:
-        """The message as the client sent it (OpenAI-compatible upstreams get it whole: tool
-        calls and their ids, names, content parts); adapters that render a prompt flatten it."""
-        if self.model_extra or self.name is not None or not isinstance(self.content, str):
-            return self.model_dump(exclude_unset=True)
-        return {"role": self.role, "content": self.content}  # the common case, without a dump
+    content: NotRequired[str | list[TextPart] | None]
+    name: NotRequired[str | None]
 
 
 class SamplingFields(WireModel):
@@ -130,7 +133,7 @@ class ChatCompletionRequest(SamplingFields):
         super().check(field)
 
     def message_dicts(self) -> list[dict[str, Any]]:
-        return [m.as_sent() for m in self.messages]
+        return cast(list[dict[str, Any]], self.messages)  # validated dicts, as sent
 
     def to_generates(self, request_id: str) -> list[GenerateRequest]:
         request = GenerateRequest(

@@ -26,6 +26,7 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
         400,
         "messages.0.role",
     ),
+    ("message not an object", CHAT, {"model": "turnout-tiny", "messages": ["hi"]}, 400, "messages.0"),
     (
         "content wrong type",
         CHAT,
