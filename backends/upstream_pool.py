@@ -287,6 +287,7 @@ class UpstreamPool:
             host_header += f":{parts.port}"
         fixed = {"host": host_header, **(headers or {})}
         self._fixed = "".join(f"{name}: {value}\r\n" for name, value in fixed.items()).encode("latin-1")
+        self._starts: dict[tuple[str, str], bytes] = {}  # (method, path) → request line + fixed headers
         self._idle: deque[_Connection] = deque()
         self._open = 0
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
@@ -341,12 +342,18 @@ class UpstreamPool:
     # -- internals --------------------------------------------------------------------------
 
     def _head(self, method: str, path: str, body: bytes | None, headers: dict[str, str] | None) -> bytes:
-        line = f"{method} {self.path}{path} HTTP/1.1\r\n".encode("latin-1")
-        extra = b""
+        start = self._starts.get((method, path))
+        if start is None:  # an adapter sends to a few paths: their request lines are made once
+            start = f"{method} {self.path}{path} HTTP/1.1\r\n".encode("latin-1") + self._fixed
+            if len(self._starts) < 64:
+                self._starts[(method, path)] = start
+        parts = [start]
         if headers:
-            extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode("latin-1")
-        length = b"content-length: %d\r\n" % len(body) if body is not None else b""
-        return line + self._fixed + extra + length + b"\r\n"
+            parts += [f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items()]
+        if body is not None:
+            parts.append(b"content-length: %d\r\n" % len(body))
+        parts.append(b"\r\n")
+        return b"".join(parts)
 
     async def _exchange(self, conn: _Connection, head: bytes, body: bytes | None) -> UpstreamResponse:
         assert conn.transport is not None

@@ -71,6 +71,7 @@ class GatewayApp(FastAPI):
     """
 
     hot_routes: dict[str, ASGIApp]
+    turnout: AppState  # also app.state.turnout; a plain attribute is ~1 us cheaper per request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -158,7 +159,7 @@ def create_app(
         "/v1/chat/completions": openai_routes.chat_completions,
         "/v1/completions": openai_routes.completions,
     }
-    app.state.turnout = AppState(
+    app.turnout = app.state.turnout = AppState(
         gateway=gateway,
         metrics=metrics,
         max_body_bytes=config.server.max_body_bytes,

@@ -295,7 +295,7 @@ async def _complete_all(
 
 
 async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONAnswer:
-    state: AppState = scope["app"].state.turnout
+    state: AppState = scope["app"].turnout  # serving.app.GatewayApp
     headers_in = header_map(scope)
     rid = headers_in.get("x-request-id") or _new_request_id()
     endpoint = "chat" if chat else "completions"
