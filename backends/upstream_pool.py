@@ -302,7 +302,7 @@ class UpstreamPool:
         fresh one (the request cannot have been acted on), as urllib3 and aiohttp do."""
         head = self._head(method, path, body, headers)
         while True:
-            conn = await self._acquire()
+            conn = self._take_idle() or await self._acquire()
             try:
                 return await self._exchange(conn, head, body)
             except Disconnected as exc:
@@ -365,14 +365,22 @@ class UpstreamPool:
             await conn.wait(self.read_timeout)
         return UpstreamResponse(conn, self, self.read_timeout)
 
-    async def _acquire(self) -> _Connection:
-        if self._closed:
-            raise ConnectFailed("the pool is closed")
-        while self._idle:
-            conn = self._idle.pop()  # the most recently used: the least likely to be timed out
+    def _take_idle(self) -> _Connection | None:
+        """The most recently used idle connection (the least likely to have timed out), if any."""
+        while self._idle and not self._closed:
+            conn = self._idle.pop()
             if not conn.closed:
                 return conn
             self._open -= 1
+        return None
+
+    async def _acquire(self) -> _Connection:
+        """An idle connection, a new one, or (the pool full) one freed within the pool timeout."""
+        if self._closed:
+            raise ConnectFailed("the pool is closed")
+        conn = self._take_idle()
+        if conn is not None:
+            return conn
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.pool_timeout
         while self._open >= self.limit:
