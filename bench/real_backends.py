@@ -9,7 +9,11 @@ and 16 (throughput), in interleaved rounds (direct/Turnout order alternating) be
 engine's own latency drifts more than the effect measured: the p50/p99/req/s columns are
 medians over rounds, the added p50 and throughput ratio the medians of each round's paired
 difference and ratio (Triton's direct p50 moved 4.2–5.8 ms between rounds of one run, which
-made the difference of two medians swing by ±0.4 ms).
+made the difference of two medians swing by ±0.4 ms). Within a round, c=1 goes further: the
+paths take turns in blocks of about a second, and the round's added p50 is the median over
+blocks of each block's median minus the direct block's beside it (vLLM-CPU's c=1 p50 drifted
+26–45 ms between rounds, so per-round pairs still gave +2.0 ms of noise where the bare relay
+gave −1.9; turns of one request each added ~0.5 ms through both gateways before Triton).
 At c=16 every worker waits a random 0–``--jitter-ms`` (1) ms before each request, on both paths,
 so the clients do not fire in lockstep: lockstep requests straight at Triton stall for ~0.5 s
 now and then (a ~500 ms wait inside Triton, with raw and aiohttp clients alike; p99 ≈ 513 ms;
@@ -245,6 +249,65 @@ async def phase(
     return await closed_loop(port, data, concurrency, count, seconds, jitter_s)
 
 
+async def alternating(
+    reqs: dict[str, tuple[int, bytes]], count: int, seconds: float, warmup: int, block_s: float = 1.0
+) -> tuple[dict[str, PhaseResult], dict[str, list[float]]]:
+    """Concurrency 1 on every path in turn, a block of ``block_s`` seconds (at least 5 requests)
+    each, the first path rotating: an engine's latency drifts by several ms within seconds
+    (vLLM-CPU's c=1 p50 moved 26-45 ms between rounds), so each block is paired with the
+    direct block just before or after it. Blocks of about a second, not single requests: turns
+    of one request each added ~0.5 ms through both gateways in front of Triton (each path's
+    first request after a switch runs cold). Returns each path's result and, per path other
+    than direct, the differences (ms) between its block's median and the paired direct block's."""
+    loop = asyncio.get_running_loop()
+    conns: dict[str, _Conn] = {}
+    for path, (port, _) in reqs.items():
+        _, conns[path] = await loop.create_connection(_Conn, "127.0.0.1", port)
+
+    async def one(path: str) -> int | None:
+        """One request's latency (ns), or None when it failed."""
+        port, data = reqs[path]
+        if conns[path].closed or not conns[path].keep_alive:
+            _, conns[path] = await loop.create_connection(_Conn, "127.0.0.1", port)
+        try:
+            status, _, total = await asyncio.wait_for(conns[path].request(data), 30)
+        except (ConnectionError, TimeoutError):
+            _, conns[path] = await loop.create_connection(_Conn, "127.0.0.1", port)
+            return None
+        return total if status == 200 else None
+
+    names = list(reqs)
+    for _ in range(warmup):
+        for path in names:
+            await one(path)
+    results = {path: PhaseResult() for path in reqs}
+    diffs: dict[str, list[float]] = {path: [] for path in reqs if path != "direct"}
+    start, cycle = time.perf_counter(), 0
+    while len(results["direct"].latencies_ns) < count and time.perf_counter() < start + seconds:
+        shift = cycle % len(names)
+        medians: dict[str, float] = {}
+        for path in names[shift:] + names[:shift]:
+            got: list[int | None] = []
+            block_end = time.perf_counter() + block_s
+            while len(got) < 5 or time.perf_counter() < block_end:
+                got.append(await one(path))
+            ok = [total for total in got if total is not None]
+            results[path].latencies_ns += ok
+            results[path].errors += len(got) - len(ok)
+            if ok:
+                medians[path] = statistics.median(ok) / 1e6
+        for path in diffs:
+            if path in medians and "direct" in medians:
+                diffs[path].append(medians[path] - medians["direct"])
+        cycle += 1
+    for result in results.values():  # c=1: its rate is 1 / its own mean latency
+        result.seconds = sum(result.latencies_ns) / 1e9
+    for conn in conns.values():
+        if conn.transport is not None:
+            conn.transport.close()
+    return results, diffs
+
+
 def measure(
     engine: str,
     reqs: dict[str, tuple[int, bytes]],
@@ -256,11 +319,25 @@ def measure(
 ) -> dict[str, dict[str, float]]:
     """Median over interleaved rounds of p50/p99 (ms) and req/s, per (path, concurrency); and per
     path other than direct, the median over rounds of its added p50 and throughput ratio against
-    the direct run of the same round (paired: an engine's own drift between rounds cancels)."""
+    the direct run of the same round (paired: an engine's own drift between rounds cancels). At
+    c=1 the paths take turns in blocks (:func:`alternating`) and a round's added p50 is the
+    median of its blocks' differences from the direct block beside each."""
     runs: dict[str, list[tuple[float, float, float, int]]] = {}
+    paired: dict[str, list[float]] = {}  # key → each round's median of per-request differences
     for round_ in range(rounds):
         order = list(reqs) if round_ % 2 == 0 else list(reversed(reqs))
         for concurrency in levels:
+            if concurrency == 1:
+                count, seconds, warmup = sizes["c1_count"], sizes["c1_s"], sizes["warmup"]
+                block_s = sizes.get("block_s", 1.0)
+                results, diffs = _run_loop(alternating(reqs, count, seconds, warmup, block_s))
+                for path, result in results.items():
+                    row = (result.pct("lat", 0.5), result.pct("lat", 0.99), result.rps, result.errors)
+                    runs.setdefault(f"{path} c=1", []).append(row)
+                for path, values in diffs.items():
+                    middle = statistics.median(values) if values else float("nan")
+                    paired.setdefault(f"{path} c=1", []).append(middle)
+                continue
             for path in order:
                 if concurrency > 1 and path in c1_only:
                     continue
@@ -289,7 +366,10 @@ def measure(
             continue
         direct = runs[f"direct {level}"]
         pairs = list(zip(values, direct, strict=True))
-        figures[key]["added_p50_ms"] = statistics.median(v[0] - d[0] for v, d in pairs)
+        if key in paired:  # c=1: per-request pairs
+            figures[key]["added_p50_ms"] = statistics.median(paired[key])
+        else:
+            figures[key]["added_p50_ms"] = statistics.median(v[0] - d[0] for v, d in pairs)
         ratios = (v[2] / d[2] if d[2] else float("nan") for v, d in pairs)
         figures[key]["throughput_ratio"] = statistics.median(ratios)
     return figures
@@ -367,9 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    sizes = {"c1_count": 400, "c1_s": 10.0, "c16_s": 6.0, "warmup": 20}
+    sizes = {"c1_count": 5000, "c1_s": 18.0, "c16_s": 6.0, "warmup": 20}
     if args.quick:
-        sizes = {"c1_count": 40, "c1_s": 2.0, "c16_s": 1.0, "warmup": 5}
+        sizes = {"c1_count": 40, "c1_s": 2.0, "c16_s": 1.0, "warmup": 5, "block_s": 0.2}
     rounds = args.rounds or (1 if args.quick else 5)
     with (
         tempfile.TemporaryDirectory(prefix="turnout-bench-real-") as tmpdir,
