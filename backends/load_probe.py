@@ -163,15 +163,15 @@ class LoadProbe:
             async with asyncio.timeout(self.timeout):  # the whole scrape, as well as each wait
                 resp = await pool.send("GET", target)
                 try:
-                    if resp.status >= 500:
-                        return None
-                    if resp.status != 200:
-                        return NO_FIGURES  # up, but nothing to read there
-                    body = await resp.read()
+                    body = await resp.read()  # read whole, so the connection serves the next round
                 finally:
                     resp.release()
         except (UpstreamError, TimeoutError, OSError):
             return None
+        if resp.status >= 500:
+            return None
+        if resp.status != 200:
+            return NO_FIGURES  # up, but nothing to read there
         return parse_load(body.decode("utf-8", errors="replace"))
 
     async def _run(self) -> None:

@@ -88,6 +88,7 @@ async def test_a_5xx_says_down_and_another_status_says_up_without_figures() -> N
     ):
         await probe.probe_once()
     assert sorted(reports, key=lambda r: r[0]) == [(0, None), (1, NO_FIGURES)]
+    assert down.connections == bare.connections == 1  # the error bodies are read: no reconnects
 
 
 async def test_a_stalled_or_refused_replica_says_down_within_the_timeout() -> None:
