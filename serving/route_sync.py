@@ -46,7 +46,9 @@ class RouteSync:
 
     async def refresh(self, force: bool = False) -> None:
         async with self._lock:
-            marker = await asyncio.to_thread(self.store.change_marker)
+            marker = self.store.change_marker_nowait()  # ~10 µs on a SQLite file, on the loop
+            if marker is None:  # another database, or SQLite busy: ask from a thread
+                marker = await asyncio.to_thread(self.store.change_marker)
             if marker == self._marker and not force:
                 return
             current, keys = await asyncio.to_thread(self._read)

@@ -27,6 +27,16 @@ def is_in_memory_sqlite(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
 
 
+def sqlite_file(url: str) -> str | None:
+    """The path of a SQLite file URL, else None (another database, in-memory, or a ``file:`` URI,
+    whose query may make it anything, shared memory included)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or is_in_memory_sqlite(url):
+        return None
+    database = parsed.database or ""
+    return None if database.startswith("file:") else str(Path(database).expanduser().absolute())
+
+
 def open_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, a busy timeout and immediate write transactions."""
     parsed = make_url(url)

@@ -1,10 +1,12 @@
-"""The route store on real SQLite files: versions, If-Match, races between writers, rollback, audit, keys."""
+"""The route store on real SQLite files: versions, If-Match, races between writers, rollback, audit, keys,
+and the change marker the gateway polls (its cheap read on the event loop included)."""
 
 from __future__ import annotations
 
 import multiprocessing
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 from serving.errors import ClientError, Conflict, NotFound
 from serving.routing.spec import RouteSpec, ShadowTarget, WeightedTarget
 from serving.store import ApiKeyRecord, RouteStore, RouteVersion
+from serving.store.marker_probe import MarkerProbe
 
 AB = RouteSpec(targets=[WeightedTarget(variant="a", weight=70), WeightedTarget(variant="b", weight=30)])
 ONLY_A = RouteSpec(targets=[WeightedTarget(variant="a")])
@@ -353,6 +356,7 @@ def test_change_marker_grows_with_every_kind_of_write(
 
     def moved() -> bool:
         seen.append(poller.change_marker())
+        assert poller.change_marker_nowait() == seen[-1]  # the event loop's cheap read agrees
         return seen[-1] > seen[-2]
 
     store.seed({"chat": AB})
@@ -446,5 +450,28 @@ def test_in_memory_store_is_shared_by_threads() -> None:
         assert len(current) == 9
         assert current["chat"].version == 9
         assert store.change_marker() == 17
+        assert store.change_marker_nowait() is None  # no file to read beside the engine: use the thread
     finally:
         store.close()
+
+
+def test_marker_probe_answers_none_at_once_when_sqlite_cannot_answer(tmp_path: Path) -> None:
+    """The poller's cheap read runs on the event loop, so it must never wait on a lock."""
+    path = tmp_path / "routes.db"
+    RouteStore(f"sqlite:///{path}").close()  # the schema, in WAL mode
+    probe = MarkerProbe(str(path))
+    assert probe.read() == 0
+    probe.close()
+    hog = sqlite3.connect(path, isolation_level=None)  # holds the file alone, as a WAL recovery would
+    hog.execute("PRAGMA locking_mode=EXCLUSIVE")
+    hog.execute("BEGIN EXCLUSIVE")
+    hog.execute("INSERT INTO audit (at, actor, action, detail) VALUES (1, 'ops', 'note', '')")
+    started = time.monotonic()
+    assert probe.read() is None
+    assert time.monotonic() - started < 1.0  # refused at once: the store's busy timeout is 5 s
+    hog.execute("COMMIT")
+    hog.close()
+    assert probe.read() == 1  # a fresh connection once the file is free
+    (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
+    assert MarkerProbe(str(tmp_path / "junk.db")).read() is None
+    probe.close()
