@@ -32,12 +32,11 @@ from gateway_overhead import (
     FaultServer,
     _cpu_seconds,
     _free_port,
-    _run_loop,
     gateway,
     http_request,
-    run_phase,
     turnout_cmd,
 )
+from loadgen import run_loop, run_phase
 
 CONFIGS = {"plain": None, "routed+shadow10%": 0.1, "routed+shadow100%": 1.0}
 TARGET_RATIO = 1.10
@@ -70,13 +69,13 @@ def main(argv: list[str] | None = None) -> int:
             pids[name] = stack.enter_context(gateway(cmd, ports[name], 60, log=tmp / f"{name}.log")).pid
         for round_ in range(rounds):
             for name, port in ports.items():
-                result = _run_loop(run_phase(port, http_request(port, False), 1, count, 60.0, 50))
+                result = run_loop(run_phase(port, http_request(port, False), 1, count, 60.0, 50))
                 p50s[name].append(result.pct("lat", 0.5))
             cells = ", ".join(f"{name} {values[-1]:.3f}" for name, values in p50s.items())
             print(f"round {round_ + 1}/{rounds}: c=1 p50 ms: {cells}", flush=True)
         for name, port in ports.items():  # CPU per request at c=32, for the record
             before = _cpu_seconds(pids[name])
-            result = _run_loop(run_phase(port, http_request(port, False), 32, 10**9, 3.0, 50))
+            result = run_loop(run_phase(port, http_request(port, False), 32, 10**9, 3.0, 50))
             cpu_us[name] = 1e6 * (_cpu_seconds(pids[name]) - before) / (len(result.latencies_ns) + 50)
     medians = {name: statistics.median(values) for name, values in p50s.items()}
     print(f"\n{'':22}{'c=1 p50 (ms)':>14}{'vs plain':>10}{'CPU us/req c=32':>17}")

@@ -14,8 +14,13 @@ measured here at well over 10,000 req/s, so the gateway on core 0 is the bottlen
 
 Phases, each bounded in count and time: non-streaming chat at concurrency 1 (p50/p99),
 concurrency 32 for a fixed duration (req/s), and streaming chat at concurrency 1 (time to
-the first body byte). LiteLLM lives in its own venv, ``bench/.venv-litellm``, made on first
-use; (c) is skipped with a message when it cannot be installed.
+the first body byte). The c=1 phase runs direct, Turnout and the bare relays (all started at
+once) in interleaved rounds, 1,000 requests each per round: each figure is the median of its
+rounds', each added figure the median of its rounds' differences from direct's (measured one
+after the other, two back-to-back runs put Turnout's c=1 p50 at 0.55 and 0.67 ms: this VM
+has stretches of ~0.1 s where every request takes 1.5-2 ms, bare relay and Turnout alike).
+LiteLLM lives in its own venv, ``bench/.venv-litellm``, made on first use, and runs alone
+afterwards (one c=1 phase); (c) is skipped with a message when it cannot be installed.
 
     python bench/gateway_overhead.py [--quick] [--skip-litellm] [--skip-bare] [--json out.json]
 """
@@ -23,26 +28,28 @@ use; (c) is skipped with a message when it cannot be installed.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httptools
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from loadgen import interleaved, paired_median, run_loop, run_phase  # noqa: E402
+
 from backends.fault import FaultServer  # noqa: E402
 
 LITELLM_VENV = ROOT / "bench" / ".venv-litellm"
@@ -50,112 +57,6 @@ LITELLM_VENV = ROOT / "bench" / ".venv-litellm"
 LITELLM_REQUIREMENT = "litellm[proxy]>=1.106,<1.107"
 MODEL = "fake-model"
 TARGETS = {"added_p50_ms": 0.5, "added_p99_ms": 2.0, "rps_c32": 3000.0, "ttfb_added_ms": 1.0}
-
-
-# ---------------------------------------------------------------- load generator
-class _Conn(asyncio.Protocol):
-    """One keep-alive client connection; ``request()`` sends bytes and times the answer."""
-
-    def __init__(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
-        self.transport: asyncio.Transport | None = None
-        self.done: asyncio.Future[None] | None = None
-        self.first = 0
-        self.closed = False
-        self.keep_alive = True
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.done is not None and not self.done.done():
-            self.done.set_exception(ConnectionError("connection lost"))
-
-    def data_received(self, data: bytes) -> None:
-        self.parser.feed_data(data)
-
-    def on_headers_complete(self) -> None:
-        self.keep_alive = self.parser.should_keep_alive()  # not reliable once the body is parsed
-
-    def on_body(self, body: bytes) -> None:
-        if not self.first:  # the first body byte: for a stream, its first SSE event
-            self.first = time.perf_counter_ns()
-
-    def on_message_complete(self) -> None:
-        if self.done is not None and not self.done.done():
-            self.done.set_result(None)
-
-    async def request(self, data: bytes) -> tuple[int, int, int]:
-        """(status, ns to first byte of the answer, ns to its end)."""
-        assert self.transport is not None
-        self.done = asyncio.get_running_loop().create_future()
-        self.first = 0
-        start = time.perf_counter_ns()
-        self.transport.write(data)
-        await self.done
-        end = time.perf_counter_ns()
-        return self.parser.get_status_code(), self.first - start, end - start
-
-
-@dataclass
-class PhaseResult:
-    latencies_ns: list[int] = field(default_factory=list)
-    ttfb_ns: list[int] = field(default_factory=list)
-    errors: int = 0
-    seconds: float = 0.0
-
-    def pct(self, which: str, q: float) -> float:
-        values = sorted(self.ttfb_ns if which == "ttfb" else self.latencies_ns)
-        if not values:
-            return float("nan")
-        return values[min(len(values) - 1, int(q * len(values)))] / 1e6
-
-    @property
-    def rps(self) -> float:
-        return len(self.latencies_ns) / self.seconds if self.seconds else 0.0
-
-
-async def _worker(port: int, data: bytes, budget: list[int], deadline: float, out: PhaseResult) -> None:
-    loop = asyncio.get_running_loop()
-    conn: _Conn | None = None
-    while budget[0] > 0 and time.perf_counter() < deadline:
-        budget[0] -= 1
-        if conn is None or conn.closed:
-            _, conn = await loop.create_connection(_Conn, "127.0.0.1", port)
-        try:
-            status, first, total = await asyncio.wait_for(conn.request(data), 30)
-        except (ConnectionError, TimeoutError):
-            out.errors += 1
-            conn = None
-            continue
-        if status != 200:
-            out.errors += 1
-        else:
-            out.latencies_ns.append(total)
-            out.ttfb_ns.append(first)
-        if not conn.keep_alive and conn.transport is not None:
-            conn.transport.close()
-            conn = None
-
-
-async def run_phase(port: int, data: bytes, concurrency: int, count: int, seconds: float,
-                    warmup: int) -> PhaseResult:
-    """Closed loop: ``concurrency`` connections send until ``count`` answers or ``seconds`` pass."""
-    await _run(port, data, concurrency, warmup, 30.0, PhaseResult())
-    result = PhaseResult()
-    return await _run(port, data, concurrency, count, seconds, result)
-
-
-async def _run(port: int, data: bytes, concurrency: int, count: int, seconds: float,
-               result: PhaseResult) -> PhaseResult:
-    budget = [count]
-    start = time.perf_counter()
-    await asyncio.gather(*(_worker(port, data, budget, start + seconds, result) for _ in range(concurrency)))
-    result.seconds = time.perf_counter() - start
-    return result
 
 
 def http_request(port: int, stream: bool) -> bytes:
@@ -296,15 +197,8 @@ class Sizes:
     # its first ~2,000 requests (median of 6 launches: 0.51 ms over requests 300-2,300, 0.47 ms
     # over the next 2,000; the bare relay 0.39 / 0.37 ms), and the targets are steady-state ones.
     c1_warmup: int
-
-
-def _run_loop(coro: Any) -> PhaseResult:
-    try:
-        import uvloop
-    except ImportError:
-        result: PhaseResult = asyncio.run(coro)
-        return result
-    return uvloop.run(coro)  # type: ignore[no-any-return]
+    rounds: int  # interleaved c=1 rounds, each ``c1_count`` answers per server after
+    round_warmup: int  # these unmeasured ones (it idled while the others were measured)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -318,26 +212,63 @@ def _cpu_seconds(pid: int) -> float:
     return total
 
 
-def measure(name: str, port: int, sizes: Sizes, pid: int) -> dict[str, float]:
+def _load_note(name: str) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    print(f"[{name}] measuring on port {port} (load average {load:.2f})...", flush=True)
+    print(f"[{name}] measuring (load average {load:.2f})...", flush=True)
     if load > 1.0:
         print(f"[{name}] warning: the machine is busy; tail latencies will be noisy", flush=True)
+
+
+def c1_rows(servers: dict[str, tuple[int, int]], sizes: Sizes) -> dict[str, dict[str, Any]]:
+    """Concurrency 1 on every server (``direct`` first among them) in interleaved rounds: each
+    row's p50/p99 is the median of its rounds', its added p50/p99 the median of its rounds'
+    differences from direct's in the same round (one gateway's c=1 p50 moved 0.55-0.67 ms
+    between back-to-back runs of this script when each server was measured once, in turn)."""
+    _load_note("c=1, " + ", ".join(servers))
+    targets = {name: (port, http_request(port, False)) for name, (port, _) in servers.items()}
+    rounds = run_loop(interleaved(targets, sizes.rounds, sizes.c1_count, sizes.c1_seconds,
+                                  sizes.round_warmup, sizes.c1_warmup))
+    p50s = {name: [r.pct("lat", 0.5) for r in results] for name, results in rounds.items()}
+    p99s = {name: [r.pct("lat", 0.99) for r in results] for name, results in rounds.items()}
+    rows: dict[str, dict[str, Any]] = {}
+    for name, results in rounds.items():
+        row: dict[str, Any] = {
+            "p50_ms": statistics.median(p50s[name]), "p99_ms": statistics.median(p99s[name]),
+            "n_c1": sum(len(r.latencies_ns) for r in results), "c1_errors": sum(r.errors for r in results),
+            "c1_rounds_p50_ms": p50s[name]}
+        if name != "direct":
+            row["added_p50_ms"] = paired_median(p50s[name], p50s["direct"])
+            row["added_p99_ms"] = paired_median(p99s[name], p99s["direct"])
+        rows[name] = row
+        print(f"[{name}] c=1 p50 by round: {' '.join(f'{v:.3f}' for v in p50s[name])} ms", flush=True)
+    return rows
+
+
+def load_row(name: str, port: int, sizes: Sizes, pid: int) -> dict[str, float]:
+    """Concurrency 32 (req/s, and the server's CPU per request) and streaming TTFB at c=1."""
+    _load_note(name)
     plain, streamed = http_request(port, False), http_request(port, True)
-    c1 = _run_loop(run_phase(port, plain, 1, sizes.c1_count, sizes.c1_seconds, sizes.c1_warmup))
     cpu_before = _cpu_seconds(pid)
-    c32 = _run_loop(run_phase(port, plain, 32, 10**9, sizes.c32_seconds, sizes.warmup))
+    c32 = run_loop(run_phase(port, plain, 32, 10**9, sizes.c32_seconds, sizes.warmup))
     served = len(c32.latencies_ns) + sizes.warmup
     cpu_us = 1e6 * (_cpu_seconds(pid) - cpu_before) / served if served else float("nan")
-    st = _run_loop(run_phase(port, streamed, 1, sizes.stream_count, sizes.c1_seconds, sizes.warmup))
-    row = {"p50_ms": c1.pct("lat", 0.5), "p99_ms": c1.pct("lat", 0.99), "n_c1": len(c1.latencies_ns),
-           "rps_c32": c32.rps, "p50_c32_ms": c32.pct("lat", 0.5), "p99_c32_ms": c32.pct("lat", 0.99),
+    st = run_loop(run_phase(port, streamed, 1, sizes.stream_count, sizes.c1_seconds, sizes.warmup))
+    row = {"rps_c32": c32.rps, "p50_c32_ms": c32.pct("lat", 0.5), "p99_c32_ms": c32.pct("lat", 0.99),
            "ttfb_p50_ms": st.pct("ttfb", 0.5), "ttfb_p99_ms": st.pct("ttfb", 0.99),
-           "stream_p50_ms": st.pct("lat", 0.5), "server_cpu_us_c32": cpu_us,
-           "errors": c1.errors + c32.errors + st.errors}
-    print(f"[{name}] c=1 p50 {row['p50_ms']:.3f} ms, c=32 {row['rps_c32']:.0f} req/s, "
-          f"TTFB p50 {row['ttfb_p50_ms']:.3f} ms, errors {row['errors']}", flush=True)
+           "stream_p50_ms": st.pct("lat", 0.5), "server_cpu_us_c32": cpu_us, "errors": c32.errors + st.errors}
+    print(f"[{name}] c=32 {row['rps_c32']:.0f} req/s, TTFB p50 {row['ttfb_p50_ms']:.3f} ms, "
+          f"errors {row['errors']}", flush=True)
     return row
+
+
+def litellm_row(port: int, sizes: Sizes, pid: int) -> dict[str, Any]:
+    """LiteLLM alone (its c=1 is ~40x slower: one phase, no rounds), on the same phases."""
+    _load_note("litellm")
+    c1 = run_loop(run_phase(port, http_request(port, False), 1, sizes.c1_count * sizes.rounds,
+                            sizes.c1_seconds, sizes.c1_warmup))
+    row: dict[str, Any] = {"p50_ms": c1.pct("lat", 0.5), "p99_ms": c1.pct("lat", 0.99),
+                           "n_c1": len(c1.latencies_ns), "c1_errors": c1.errors}
+    return {**row, **load_row("litellm", port, sizes, pid)}
 
 
 def cross_core_rtt_us(cores: tuple[int, int] = (0, 1), rounds: int = 5000) -> float | None:
@@ -377,12 +308,21 @@ def cross_core_rtt_us(cores: tuple[int, int] = (0, 1), rounds: int = 5000) -> fl
     return sorted(times)[len(times) // 2] / 1e3
 
 
-def report(rows: dict[str, dict[str, float]], rtt_us: float | None = None) -> dict[str, Any]:
+def _beyond(rows: dict[str, dict[str, Any]], name: str, base: str) -> float:
+    """``name``'s c=1 p50 minus ``base``'s: paired round by round when both ran in the rounds."""
+    a, b = rows[name].get("c1_rounds_p50_ms"), rows[base].get("c1_rounds_p50_ms")
+    if a and b:
+        return paired_median(a, b)
+    return float(rows[name]["p50_ms"] - rows[base]["p50_ms"])
+
+
+def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None) -> dict[str, Any]:
     direct = rows["direct"]
     for name, row in rows.items():
-        if name != "direct":
-            row["added_p50_ms"] = row["p50_ms"] - direct["p50_ms"]
-            row["added_p99_ms"] = row["p99_ms"] - direct["p99_ms"]
+        row["errors"] = row.get("errors", 0) + row.pop("c1_errors", 0)
+        if name != "direct":  # set already for the servers of the interleaved c=1 rounds
+            row.setdefault("added_p50_ms", row["p50_ms"] - direct["p50_ms"])
+            row.setdefault("added_p99_ms", row["p99_ms"] - direct["p99_ms"])
             row["ttfb_added_ms"] = row["ttfb_p50_ms"] - direct["ttfb_p50_ms"]
     lines = [("non-stream c=1 p50 (ms)", "p50_ms", 3), ("non-stream c=1 p99 (ms)", "p99_ms", 3),
              ("added p50 (ms)", "added_p50_ms", 3), ("added p99 (ms)", "added_p99_ms", 3),
@@ -400,12 +340,12 @@ def report(rows: dict[str, dict[str, float]], rtt_us: float | None = None) -> di
         print(f"\nthis machine: cross-core round trip p50 {rtt_us:.1f} us (the c=1 path through a "
               f"gateway makes two; direct makes none)")
     if "turnout" in rows and "bare" in rows:
-        beyond = rows["turnout"]["p50_ms"] - rows["bare"]["p50_ms"]
+        beyond = _beyond(rows, "turnout", "bare")
         summary["turnout_beyond_bare_p50_ms"] = beyond
         print(f"Turnout's own logic (turnout - bare, c=1 p50): {beyond:+.3f} ms; the bare uvicorn + "
               f"upstream-pool relay adds {rows['bare']['added_p50_ms']:.3f} ms by itself")
     if "bare" in rows and "bare-aiohttp" in rows:
-        gain = rows["bare-aiohttp"]["p50_ms"] - rows["bare"]["p50_ms"]
+        gain = _beyond(rows, "bare-aiohttp", "bare")
         summary["pool_vs_aiohttp_p50_ms"] = gain
         speedup = rows["bare"]["rps_c32"] / rows["bare-aiohttp"]["rps_c32"]
         print(f"the same relay on aiohttp's client (bare-aiohttp) is {gain:+.3f} ms slower at c=1 p50; "
@@ -436,41 +376,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-bare", action="store_true", help="leave out the bare relay rows")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    sizes = Sizes(300, 5, 2, 200, 50, 50) if args.quick else Sizes(3000, 20, 5, 1500, 300, 2000)
+    quick, full = Sizes(150, 5, 2, 200, 50, 50, 2, 20), Sizes(1000, 20, 5, 1500, 300, 2000, 5, 100)
+    sizes = quick if args.quick else full
     rtt_us = cross_core_rtt_us(rounds=500 if args.quick else 5000)
     with contextlib.suppress(AttributeError, OSError):
         if len(os.sched_getaffinity(0)) > 1:
             os.sched_setaffinity(0, {1})  # the load generator shares core 1 with the fault server
-    rows: dict[str, dict[str, float]] = {}
+    rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="turnout-bench-") as tmpdir, \
             FaultServer(process=True, cpu=1, chunks=8) as fault:
         tmp = Path(tmpdir)
         assert fault.proc is not None
-        rows["direct"] = measure("direct", fault.port, sizes, fault.proc.pid)
-        cmd = None if args.skip_turnout else turnout_cmd(fault.url, port := _free_port(), tmp)
-        if cmd is None and not args.skip_turnout:
-            print("Turnout skipped: serving/cli.py is not there yet", flush=True)
-        elif cmd is not None:
-            try:
-                with gateway(cmd, port, 60, log=tmp / "turnout.log") as proc:
-                    rows["turnout"] = measure("turnout", port, sizes, proc.pid)
-            except RuntimeError as exc:
-                print(f"Turnout failed: {exc}\n{(tmp / 'turnout.log').read_text()[-3000:]}", flush=True)
-        clients = () if args.skip_bare else ("pool", "aiohttp")
-        if "aiohttp" in clients and importlib.util.find_spec("aiohttp") is None:
-            print("bare-aiohttp skipped: aiohttp is not installed (pip install 'turnout[bench]')", flush=True)
-            clients = ("pool",)
-        for client in clients:
-            port, name = _free_port(), "bare" if client == "pool" else "bare-aiohttp"
-            with gateway(bare_cmd(fault.url, port, client), port, 60) as proc:
-                rows[name] = measure(name, port, sizes, proc.pid)
+        with contextlib.ExitStack() as running:  # every server under test, started at once
+            servers = {"direct": (fault.port, fault.proc.pid)}
+            cmd = None if args.skip_turnout else turnout_cmd(fault.url, port := _free_port(), tmp)
+            if cmd is None and not args.skip_turnout:
+                print("Turnout skipped: serving/cli.py is not there yet", flush=True)
+            elif cmd is not None:
+                try:
+                    proc = running.enter_context(gateway(cmd, port, 60, log=tmp / "turnout.log"))
+                    servers["turnout"] = (port, proc.pid)
+                except RuntimeError as exc:
+                    print(f"Turnout failed: {exc}\n{(tmp / 'turnout.log').read_text()[-3000:]}", flush=True)
+            clients = () if args.skip_bare else ("pool", "aiohttp")
+            if "aiohttp" in clients and importlib.util.find_spec("aiohttp") is None:
+                print("bare-aiohttp skipped: aiohttp is not installed (pip install 'turnout[bench]')",
+                      flush=True)
+                clients = ("pool",)
+            for client in clients:
+                port, name = _free_port(), "bare" if client == "pool" else "bare-aiohttp"
+                proc = running.enter_context(gateway(bare_cmd(fault.url, port, client), port, 60))
+                servers[name] = (port, proc.pid)
+            rows = c1_rows(servers, sizes)
+            for name, (port, pid) in servers.items():
+                rows[name].update(load_row(name, port, sizes, pid))
         exe = None if args.skip_litellm else ensure_litellm()
         if exe is not None:
             port = _free_port()
             try:
                 with gateway(litellm_cmd(exe, fault.url, port, tmp), port, 240, LITELLM_ENV,
                              log=tmp / "litellm.log") as proc:
-                    rows["litellm"] = measure("litellm", port, sizes, proc.pid)
+                    rows["litellm"] = litellm_row(port, sizes, proc.pid)
             except RuntimeError as exc:
                 print(f"LiteLLM skipped: {exc}\n{(tmp / 'litellm.log').read_text()[-3000:]}", flush=True)
     summary = report(rows, rtt_us)

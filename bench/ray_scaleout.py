@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backends.fault import FaultServer  # noqa: E402
-from bench.gateway_overhead import MODEL, _run_loop, http_request, run_phase  # noqa: E402
+from bench.gateway_overhead import MODEL, http_request  # noqa: E402
+from bench.loadgen import run_loop, run_phase  # noqa: E402
 from serving.launcher import gateway_process  # noqa: E402
 
 
@@ -73,9 +74,9 @@ def _cpu_by_role(pid: int) -> dict[str, float]:
 
 def _measure(name: str, port: int, pid: int, quick: bool) -> dict[str, float]:
     data = http_request(port, False)
-    c1 = _run_loop(run_phase(port, data, 1, 300 if quick else 1500, 5 if quick else 15, 50))
+    c1 = run_loop(run_phase(port, data, 1, 300 if quick else 1500, 5 if quick else 15, 50))
     before, started = _cpu_by_role(pid), time.monotonic()
-    c32 = _run_loop(run_phase(port, data, 32, 10**9, 3 if quick else 10, 200))
+    c32 = run_loop(run_phase(port, data, 32, 10**9, 3 if quick else 10, 200))
     wall = time.monotonic() - started
     after = _cpu_by_role(pid)
     row = {

@@ -70,8 +70,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from gateway_overhead import PhaseResult, _Conn, _run_loop, bare_cmd  # noqa: E402
+from gateway_overhead import bare_cmd  # noqa: E402
 from gateway_overhead import gateway as bare_gateway  # noqa: E402
+from loadgen import Conn, PhaseResult, run_loop  # noqa: E402
 
 from backends.fault import FaultServer  # noqa: E402
 from serving.launcher import free_port, gateway_process  # noqa: E402
@@ -218,13 +219,13 @@ async def closed_loop(
     loop = asyncio.get_running_loop()
 
     async def worker() -> None:
-        conn: _Conn | None = None
+        conn: Conn | None = None
         while budget[0] > 0 and time.perf_counter() < start + seconds:
             budget[0] -= 1
             if jitter_s:
                 await asyncio.sleep(random.uniform(0, jitter_s))
             if conn is None or conn.closed:
-                _, conn = await loop.create_connection(_Conn, "127.0.0.1", port)
+                _, conn = await loop.create_connection(Conn, "127.0.0.1", port)
             try:
                 status, _, total = await asyncio.wait_for(conn.request(data), 30)
             except (ConnectionError, TimeoutError):
@@ -261,19 +262,19 @@ async def alternating(
     median). Returns each path's result and, per path other than direct, the differences (ms)
     between its block's median and the paired direct block's."""
     loop = asyncio.get_running_loop()
-    conns: dict[str, _Conn] = {}
+    conns: dict[str, Conn] = {}
     for path, (port, _) in reqs.items():
-        _, conns[path] = await loop.create_connection(_Conn, "127.0.0.1", port)
+        _, conns[path] = await loop.create_connection(Conn, "127.0.0.1", port)
 
     async def one(path: str) -> int | None:
         """One request's latency (ns), or None when it failed."""
         port, data = reqs[path]
         if conns[path].closed or not conns[path].keep_alive:
-            _, conns[path] = await loop.create_connection(_Conn, "127.0.0.1", port)
+            _, conns[path] = await loop.create_connection(Conn, "127.0.0.1", port)
         try:
             status, _, total = await asyncio.wait_for(conns[path].request(data), 30)
         except (ConnectionError, TimeoutError):
-            _, conns[path] = await loop.create_connection(_Conn, "127.0.0.1", port)
+            _, conns[path] = await loop.create_connection(Conn, "127.0.0.1", port)
             return None
         return total if status == 200 else None
 
@@ -331,7 +332,7 @@ def measure(
             if concurrency == 1:
                 count, seconds, warmup = sizes["c1_count"], sizes["c1_s"], sizes["warmup"]
                 block_s = sizes.get("block_s", 1.0)
-                results, diffs = _run_loop(alternating(reqs, count, seconds, warmup, block_s))
+                results, diffs = run_loop(alternating(reqs, count, seconds, warmup, block_s))
                 for path, result in results.items():
                     row = (result.pct("lat", 0.5), result.pct("lat", 0.99), result.rps, result.errors)
                     runs.setdefault(f"{path} c=1", []).append(row)
@@ -343,7 +344,7 @@ def measure(
                 if concurrency > 1 and path in c1_only:
                     continue
                 port, data = reqs[path]
-                result = _run_loop(
+                result = run_loop(
                     phase(port, data, concurrency, sizes, jitter_s if concurrency > 1 else 0.0)
                 )
                 row = (result.pct("lat", 0.5), result.pct("lat", 0.99), result.rps, result.errors)
