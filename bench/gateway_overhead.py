@@ -199,17 +199,31 @@ class Sizes:
     c1_warmup: int
     rounds: int  # interleaved c=1 rounds, each ``c1_count`` answers per server after
     round_warmup: int  # these unmeasured ones (it idled while the others were measured)
+    idle_seconds: float  # how long each server's CPU is watched with no traffic
 
 
 def _cpu_seconds(pid: int) -> float:
-    """CPU time of ``pid`` and its children so far (0 where /proc is missing)."""
+    """CPU time of ``pid`` and its children so far, all threads (0 where /proc is missing): the
+    scheduler's nanosecond count (``schedstat``) where there is one, else clock ticks."""
     total, tick = 0.0, os.sysconf("SC_CLK_TCK")
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(stat.parent.name) == pid or int(fields[1]) == pid:
+            if int(stat.parent.name) != pid and int(fields[1]) != pid:
+                continue
+            threads = list((stat.parent / "task").glob("*/schedstat"))
+            if threads:
+                total += sum(int(t.read_text().split()[0]) for t in threads) / 1e9
+            else:
                 total += (int(fields[11]) + int(fields[12])) / tick
     return total
+
+
+def idle_cpu_ms_per_s(pids: dict[str, int], seconds: float) -> dict[str, float]:
+    """Each server's CPU while nobody sends it anything (timers, pollers), ms per second."""
+    before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    time.sleep(seconds)
+    return {name: 1e3 * (_cpu_seconds(pid) - before[name]) / seconds for name, pid in pids.items()}
 
 
 def _load_note(name: str) -> None:
@@ -329,7 +343,8 @@ def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None) -> dict
              ("c=32 throughput (req/s)", "rps_c32", 0), ("c=32 p50 (ms)", "p50_c32_ms", 2),
              ("c=32 p99 (ms)", "p99_c32_ms", 2), ("c=32 server CPU (us/req)", "server_cpu_us_c32", 1),
              ("stream TTFB p50 (ms)", "ttfb_p50_ms", 3),
-             ("stream TTFB added p50 (ms)", "ttfb_added_ms", 3), ("errors", "errors", 0)]
+             ("stream TTFB added p50 (ms)", "ttfb_added_ms", 3),
+             ("idle CPU (ms per s)", "idle_cpu_ms_per_s", 2), ("errors", "errors", 0)]
     names = list(rows)
     print("\n" + f"{'':28}" + "".join(f"{n:>12}" for n in names))
     for label, key, digits in lines:
@@ -376,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-bare", action="store_true", help="leave out the bare relay rows")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    quick, full = Sizes(150, 5, 2, 200, 50, 50, 2, 20), Sizes(1000, 20, 5, 1500, 300, 2000, 5, 100)
+    quick, full = Sizes(150, 5, 2, 200, 50, 50, 2, 20, 1), Sizes(1000, 20, 5, 1500, 300, 2000, 5, 100, 5)
     sizes = quick if args.quick else full
     rtt_us = cross_core_rtt_us(rounds=500 if args.quick else 5000)
     with contextlib.suppress(AttributeError, OSError):
@@ -407,7 +422,10 @@ def main(argv: list[str] | None = None) -> int:
                 port, name = _free_port(), "bare" if client == "pool" else "bare-aiohttp"
                 proc = running.enter_context(gateway(bare_cmd(fault.url, port, client), port, 60))
                 servers[name] = (port, proc.pid)
+            idle = idle_cpu_ms_per_s({name: pid for name, (_, pid) in servers.items()}, sizes.idle_seconds)
             rows = c1_rows(servers, sizes)
+            for name, ms_per_s in idle.items():
+                rows[name]["idle_cpu_ms_per_s"] = ms_per_s
             for name, (port, pid) in servers.items():
                 rows[name].update(load_row(name, port, sizes, pid))
         exe = None if args.skip_litellm else ensure_litellm()
