@@ -48,7 +48,8 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from loadgen import interleaved, paired_median, run_loop, run_phase  # noqa: E402
+from loadgen import interleaved, run_loop, run_phase  # noqa: E402
+from paired_stats import paired_median  # noqa: E402
 
 from backends.fault import FaultServer  # noqa: E402
 

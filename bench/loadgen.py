@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,8 +149,3 @@ async def interleaved(targets: dict[str, tuple[int, bytes]], rounds: int, count:
             port, data = targets[name]
             results[name].append(await run_phase(port, data, 1, count, seconds, warmup))
     return results
-
-
-def paired_median(rounds: list[float], reference: list[float]) -> float:
-    """The median over rounds of each round's figure minus the reference's in the same round."""
-    return statistics.median(a - b for a, b in zip(rounds, reference, strict=True))

