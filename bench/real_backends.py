@@ -416,7 +416,7 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
         if "added_p50_low_ms" in t:
             low, high = t["added_p50_low_ms"], t["added_p50_high_ms"]
             summary["figures"][f"{engine} c=1"]["added_p50_interval_ms"] = [low, high]
-            print(f"{engine} c=1 added p50: {t['added_p50_ms']:+.3f} ms, 95% bootstrap interval "
+            print(f"c=1 added p50 of {engine}: {t['added_p50_ms']:+.3f} ms, 95% bootstrap interval "
                   f"{low:+.3f} .. {high:+.3f} ms ({t['block_pairs']:.0f} block pairs)")
     for engine, checks in summary["targets"].items():
         print(
