@@ -154,7 +154,7 @@ class TritonBackend:
         model = self.settings.model
         if stream and self.settings.stream_model:
             model = self.settings.stream_model
-        facts = await self.facts(model)
+        facts = self._facts.get(model) or await self.facts(model)
         inputs = plan.inputs_for(facts, stream=stream and facts.decoupled)
         echo = plan.echo if facts.inputs and "exclude_input_in_output" not in facts.inputs else ""
         reader = ResponseReader(plan, cumulative=self.settings.stream_text == "cumulative", echo=echo)

@@ -10,6 +10,7 @@ with an error body.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 from urllib.parse import quote
@@ -73,7 +74,7 @@ class TritonHttp:
 
     def _url(self, model: str, suffix: str) -> str:
         """The path of ``model``'s ``suffix`` endpoint, under the server URL's own path."""
-        return "/v2/models/" + quote(model, safe="") + suffix
+        return _model_path(model, suffix)
 
     async def _send(self, method: str, path: str, body: bytes | None = None) -> UpstreamResponse:
         return await send_upstream(self.name, self._pool, method, path, body)
@@ -145,6 +146,12 @@ class TritonHttp:
             raise transport_error(self.name, exc) from exc
         finally:
             resp.release()
+
+
+@functools.lru_cache(maxsize=64)
+def _model_path(model: str, suffix: str) -> str:
+    """``/v2/models/{model}{suffix}``, the name percent-quoted: made once per model and endpoint."""
+    return "/v2/models/" + quote(model, safe="") + suffix
 
 
 async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -109,6 +109,11 @@ class RequestPlan:
         return self.prompt if self.tensors in ("trtllm", "vllm") else ""
 
 
+def _engine(tensors: str) -> str:
+    """How a 400 names what cannot take a field."""
+    return f"Triton models with {tensors} tensors"
+
+
 def plan_request(
     tensors: str,
     request: GenerateRequest,
@@ -120,8 +125,7 @@ def plan_request(
 ) -> RequestPlan:
     """Map ``request`` onto ``tensors``; a 400 for what the convention cannot express."""
     p = request.params
-    engine = f"Triton models with {tensors} tensors"
-    extras = check_extra(request.extra, engine, _MAPPED_EXTRAS[tensors])
+    extras = check_extra(request.extra, _engine(tensors), _MAPPED_EXTRAS[tensors]) if request.extra else {}
     if p.max_tokens is not None:
         max_tokens = p.max_tokens
     else:
@@ -151,7 +155,7 @@ def plan_request(
             fields["ignore_eos"] = True
         return RequestPlan(tensors, fields, max_tokens, p.stop, prompt, params)
     if p.ignore_eos:
-        raise ClientError(f"'ignore_eos' is not supported by {engine}", param="ignore_eos")
+        raise ClientError(f"'ignore_eos' is not supported by {_engine(tensors)}", param="ignore_eos")
     if p.stop:
         fields["stop_words"] = list(p.stop)
     bad = extras.pop("bad_words", None)
@@ -164,6 +168,11 @@ def plan_request(
     if pad_id is not None:
         fields["pad_id"] = pad_id
     return RequestPlan(tensors, fields, max_tokens, p.stop, prompt, params)
+
+
+# Where each convention reports token counts: the shipped models, TensorRT-LLM and vLLM backends.
+_PROMPT_COUNTS = ("prompt_tokens", "num_input_tokens")
+_COMPLETION_COUNTS = ("completion_tokens", "num_output_tokens")
 
 
 class ResponseReader:
@@ -199,10 +208,12 @@ class ResponseReader:
             self._first = False
         reason = as_text(outputs.get("finish_reason"))
         self.finish_reason = reason or self.finish_reason
-        for key in ("prompt_tokens", "num_input_tokens"):
-            self.prompt_tokens = _first_int(outputs.get(key), self.prompt_tokens)
-        for key in ("completion_tokens", "num_output_tokens"):
-            self.completion_tokens = _first_int(outputs.get(key), self.completion_tokens)
+        for key in _PROMPT_COUNTS:
+            if key in outputs:
+                self.prompt_tokens = _first_int(outputs[key], self.prompt_tokens)
+        for key in _COMPLETION_COUNTS:
+            if key in outputs:
+                self.completion_tokens = _first_int(outputs[key], self.completion_tokens)
         return self._scanner.feed(text)
 
     def finish(self) -> tuple[str, str, Usage]:
