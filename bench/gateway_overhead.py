@@ -7,10 +7,15 @@ through the LiteLLM proxy, so (b) − (a) and (c) − (a) are the latency each g
 gateway logic) shows the floor of the chosen stack on this machine; Turnout minus bare is its own
 logic. ``bare-aiohttp`` is the same relay on aiohttp's client, which Turnout used before.
 
-Placement on the 2 cores: gateways run alone on core 0 (``taskset -c 0``, one uvicorn
-worker); the fault server and this process (the load generator) share core 1. The load
-generator is a raw asyncio + uvloop + httptools HTTP/1.1 keep-alive client (no httpx),
-measured here at well over 10,000 req/s, so the gateway on core 0 is the bottleneck.
+Placement on the 2 cores: gateways run on core 0 (``taskset -c 0``, one uvicorn worker) and
+this process (the load generator) on core 1. The fault server moves per phase
+(``bench/placement.py``): beside the gateways for the latency phases, so that direct and relayed
+requests cross cores equally often (on this VM a cross-core round trip costs ~35-70 µs; with the
+fault server beside the load generator, ``--placement split``, a relayed c=1 request makes two
+more of them than a direct one, ~0.2 ms on the gateway's bill), and beside the load generator
+for c=32, so the gateway has its core to itself. The load generator is a raw asyncio + uvloop +
+httptools HTTP/1.1 keep-alive client (no httpx), measured here at well over 10,000 req/s, so
+the gateway on core 0 is the bottleneck.
 
 Phases, each bounded in count and time: non-streaming chat at concurrency 1 (p50/p99),
 concurrency 32 for a fixed duration (req/s), and streaming chat at concurrency 1 (time to
@@ -22,7 +27,8 @@ has stretches of ~0.1 s where every request takes 1.5-2 ms, bare relay and Turno
 LiteLLM lives in its own venv, ``bench/.venv-litellm``, made on first use, and runs alone
 afterwards (one c=1 phase); (c) is skipped with a message when it cannot be installed.
 
-    python bench/gateway_overhead.py [--quick] [--skip-litellm] [--skip-bare] [--json out.json]
+    python bench/gateway_overhead.py [--quick] [--skip-litellm] [--skip-bare] [--placement matched|split]
+                                     [--json out.json]
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from loadgen import interleaved, run_loop, run_phase  # noqa: E402
 from paired_stats import paired_median  # noqa: E402
+from placement import LOADGEN_CORE, UpstreamPlacement  # noqa: E402
 
 from backends.fault import FaultServer  # noqa: E402
 
@@ -145,9 +152,9 @@ def turnout_cmd(fault_url: str, port: int, tmp: Path, shadow_rate: float | None 
     config.write_text(f"variants:\n{variants}routes:\n  {MODEL}:\n{route}"
                       f"store:\n  url: sqlite:///{tmp / f'routes-{port}.db'}\n"
                       "auth:\n  anonymous_clients: true\n")
-    exe = shutil.which("turnout")
-    base = [exe] if exe else [sys.executable, "-m", "serving.cli"]
-    return [*base, "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]
+    # This checkout's code (the gateway runs in ROOT), not whatever an installed ``turnout`` points at.
+    return [sys.executable, "-m", "serving.cli", "serve", "--config", str(config), "--port", str(port),
+            "--log-level", "warning"]
 
 
 def bare_cmd(fault_url: str, port: int, client: str = "pool") -> list[str]:
@@ -234,12 +241,15 @@ def _load_note(name: str) -> None:
         print(f"[{name}] warning: the machine is busy; tail latencies will be noisy", flush=True)
 
 
-def c1_rows(servers: dict[str, tuple[int, int]], sizes: Sizes) -> dict[str, dict[str, Any]]:
+def c1_rows(servers: dict[str, tuple[int, int]], sizes: Sizes, place: UpstreamPlacement | None = None
+            ) -> dict[str, dict[str, Any]]:
     """Concurrency 1 on every server (``direct`` first among them) in interleaved rounds: each
     row's p50/p99 is the median of its rounds', its added p50/p99 the median of its rounds'
     differences from direct's in the same round (one gateway's c=1 p50 moved 0.55-0.67 ms
     between back-to-back runs of this script when each server was measured once, in turn)."""
     _load_note("c=1, " + ", ".join(servers))
+    if place:
+        place.for_latency()
     targets = {name: (port, http_request(port, False)) for name, (port, _) in servers.items()}
     rounds = run_loop(interleaved(targets, sizes.rounds, sizes.c1_count, sizes.c1_seconds,
                                   sizes.round_warmup, sizes.c1_warmup))
@@ -259,14 +269,19 @@ def c1_rows(servers: dict[str, tuple[int, int]], sizes: Sizes) -> dict[str, dict
     return rows
 
 
-def load_row(name: str, port: int, sizes: Sizes, pid: int) -> dict[str, float]:
+def load_row(name: str, port: int, sizes: Sizes, pid: int, place: UpstreamPlacement | None = None
+             ) -> dict[str, float]:
     """Concurrency 32 (req/s, and the server's CPU per request) and streaming TTFB at c=1."""
     _load_note(name)
     plain, streamed = http_request(port, False), http_request(port, True)
+    if place:
+        place.for_throughput()
     cpu_before = _cpu_seconds(pid)
     c32 = run_loop(run_phase(port, plain, 32, 10**9, sizes.c32_seconds, sizes.warmup))
     served = len(c32.latencies_ns) + sizes.warmup
     cpu_us = 1e6 * (_cpu_seconds(pid) - cpu_before) / served if served else float("nan")
+    if place:
+        place.for_latency()
     st = run_loop(run_phase(port, streamed, 1, sizes.stream_count, sizes.c1_seconds, sizes.warmup))
     row = {"rps_c32": c32.rps, "p50_c32_ms": c32.pct("lat", 0.5), "p99_c32_ms": c32.pct("lat", 0.99),
            "ttfb_p50_ms": st.pct("ttfb", 0.5), "ttfb_p99_ms": st.pct("ttfb", 0.99),
@@ -276,21 +291,24 @@ def load_row(name: str, port: int, sizes: Sizes, pid: int) -> dict[str, float]:
     return row
 
 
-def litellm_row(port: int, sizes: Sizes, pid: int) -> dict[str, Any]:
+def litellm_row(port: int, sizes: Sizes, pid: int, place: UpstreamPlacement | None = None) -> dict[str, Any]:
     """LiteLLM alone (its c=1 is ~40x slower: one phase, no rounds), on the same phases."""
     _load_note("litellm")
+    if place:
+        place.for_latency()
     c1 = run_loop(run_phase(port, http_request(port, False), 1, sizes.c1_count * sizes.rounds,
                             sizes.c1_seconds, sizes.c1_warmup))
     row: dict[str, Any] = {"p50_ms": c1.pct("lat", 0.5), "p99_ms": c1.pct("lat", 0.99),
                            "n_c1": len(c1.latencies_ns), "c1_errors": c1.errors}
-    return {**row, **load_row("litellm", port, sizes, pid)}
+    return {**row, **load_row("litellm", port, sizes, pid, place)}
 
 
 def cross_core_rtt_us(cores: tuple[int, int] = (0, 1), rounds: int = 5000) -> float | None:
     """p50 µs of a 1-byte ping-pong between two processes pinned to ``cores`` (None: can't pin).
 
-    Context for the c=1 figures: direct, the load generator and the fault server share core 1;
-    through a gateway on core 0 a request crosses cores four times (two such round trips)."""
+    Context for the c=1 figures: a request crosses cores twice (one such round trip) straight
+    or through a gateway with ``--placement matched``; with ``split``, direct crosses none and
+    relayed four times."""
     try:
         if len(os.sched_getaffinity(0)) < 2:
             return None
@@ -331,7 +349,8 @@ def _beyond(rows: dict[str, dict[str, Any]], name: str, base: str) -> float:
     return float(rows[name]["p50_ms"] - rows[base]["p50_ms"])
 
 
-def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None) -> dict[str, Any]:
+def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None, placement: str = "matched"
+           ) -> dict[str, Any]:
     direct = rows["direct"]
     for name, row in rows.items():
         row["errors"] = row.get("errors", 0) + row.pop("c1_errors", 0)
@@ -351,10 +370,12 @@ def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None) -> dict
     for label, key, digits in lines:
         cells = [f"{rows[n][key]:>12.{digits}f}" if key in rows[n] else f"{'-':>12}" for n in names]
         print(f"{label:28}" + "".join(cells))
-    summary: dict[str, Any] = {"rows": rows, "cross_core_rtt_us": rtt_us}
+    summary: dict[str, Any] = {"rows": rows, "cross_core_rtt_us": rtt_us, "placement": placement}
     if rtt_us is not None:
+        crossings = ("one, as does direct" if placement == "matched"
+                     else "two; direct makes none (--placement split)")
         print(f"\nthis machine: cross-core round trip p50 {rtt_us:.1f} us (the c=1 path through a "
-              f"gateway makes two; direct makes none)")
+              f"gateway makes {crossings})")
     if "turnout" in rows and "bare" in rows:
         beyond = _beyond(rows, "turnout", "bare")
         summary["turnout_beyond_bare_p50_ms"] = beyond
@@ -391,18 +412,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--skip-bare", action="store_true", help="leave out the bare relay rows")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--placement", choices=("matched", "split"), default="matched",
+                        help="where the fault server runs in latency phases (bench/placement.py)")
     args = parser.parse_args(argv)
     quick, full = Sizes(150, 5, 2, 200, 50, 50, 2, 20, 1), Sizes(1000, 20, 5, 1500, 300, 2000, 5, 100, 5)
     sizes = quick if args.quick else full
     rtt_us = cross_core_rtt_us(rounds=500 if args.quick else 5000)
     with contextlib.suppress(AttributeError, OSError):
         if len(os.sched_getaffinity(0)) > 1:
-            os.sched_setaffinity(0, {1})  # the load generator shares core 1 with the fault server
+            os.sched_setaffinity(0, {LOADGEN_CORE})  # the fault server moves per phase (placement.py)
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="turnout-bench-") as tmpdir, \
-            FaultServer(process=True, cpu=1, chunks=8) as fault:
+            FaultServer(process=True, cpu=LOADGEN_CORE, chunks=8) as fault:
         tmp = Path(tmpdir)
         assert fault.proc is not None
+        place = UpstreamPlacement(fault.proc.pid, args.placement)
+        print(f"placement: {place.describe()}", flush=True)
         with contextlib.ExitStack() as running:  # every server under test, started at once
             servers = {"direct": (fault.port, fault.proc.pid)}
             cmd = None if args.skip_turnout else turnout_cmd(fault.url, port := _free_port(), tmp)
@@ -424,21 +449,21 @@ def main(argv: list[str] | None = None) -> int:
                 proc = running.enter_context(gateway(bare_cmd(fault.url, port, client), port, 60))
                 servers[name] = (port, proc.pid)
             idle = idle_cpu_ms_per_s({name: pid for name, (_, pid) in servers.items()}, sizes.idle_seconds)
-            rows = c1_rows(servers, sizes)
+            rows = c1_rows(servers, sizes, place)
             for name, ms_per_s in idle.items():
                 rows[name]["idle_cpu_ms_per_s"] = ms_per_s
             for name, (port, pid) in servers.items():
-                rows[name].update(load_row(name, port, sizes, pid))
+                rows[name].update(load_row(name, port, sizes, pid, place))
         exe = None if args.skip_litellm else ensure_litellm()
         if exe is not None:
             port = _free_port()
             try:
                 with gateway(litellm_cmd(exe, fault.url, port, tmp), port, 240, LITELLM_ENV,
                              log=tmp / "litellm.log") as proc:
-                    rows["litellm"] = litellm_row(port, sizes, proc.pid)
+                    rows["litellm"] = litellm_row(port, sizes, proc.pid, place)
             except RuntimeError as exc:
                 print(f"LiteLLM skipped: {exc}\n{(tmp / 'litellm.log').read_text()[-3000:]}", flush=True)
-    summary = report(rows, rtt_us)
+    summary = report(rows, rtt_us, args.placement)
     if args.json:
         args.json.write_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     return 0
