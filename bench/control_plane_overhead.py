@@ -28,15 +28,11 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway_overhead import (
-    FaultServer,
-    _cpu_seconds,
-    _free_port,
-    gateway,
-    http_request,
-    turnout_cmd,
-)
+from gateway_overhead import _free_port, gateway, turnout_cmd
 from loadgen import run_loop, run_phase
+from overhead_phases import cpu_seconds, http_request
+
+from backends.fault import FaultServer
 
 CONFIGS = {"plain": None, "routed+shadow10%": 0.1, "routed+shadow100%": 1.0}
 TARGET_RATIO = 1.10
@@ -74,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             cells = ", ".join(f"{name} {values[-1]:.3f}" for name, values in p50s.items())
             print(f"round {round_ + 1}/{rounds}: c=1 p50 ms: {cells}", flush=True)
         for name, port in ports.items():  # CPU per request at c=32, for the record
-            before = _cpu_seconds(pids[name])
+            before = cpu_seconds(pids[name])
             result = run_loop(run_phase(port, http_request(port, False), 32, 10**9, 3.0, 50))
-            cpu_us[name] = 1e6 * (_cpu_seconds(pids[name]) - before) / (len(result.latencies_ns) + 50)
+            cpu_us[name] = 1e6 * (cpu_seconds(pids[name]) - before) / (len(result.latencies_ns) + 50)
     medians = {name: statistics.median(values) for name, values in p50s.items()}
     print(f"\n{'':22}{'c=1 p50 (ms)':>14}{'vs plain':>10}{'CPU us/req c=32':>17}")
     summary: dict[str, Any] = {"rounds": p50s, "median_p50_ms": medians, "cpu_us_per_request": cpu_us}

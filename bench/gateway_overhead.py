@@ -17,13 +17,16 @@ for c=32, so the gateway has its core to itself. The load generator is a raw asy
 httptools HTTP/1.1 keep-alive client (no httpx), measured here at well over 10,000 req/s, so
 the gateway on core 0 is the bottleneck.
 
-Phases, each bounded in count and time: non-streaming chat at concurrency 1 (p50/p99),
-concurrency 32 for a fixed duration (req/s), and streaming chat at concurrency 1 (time to
-the first body byte). The c=1 phase runs direct, Turnout and the bare relays (all started at
-once) in interleaved rounds, 1,000 requests each per round: each figure is the median of its
-rounds', each added figure the median of its rounds' differences from direct's (measured one
-after the other, two back-to-back runs put Turnout's c=1 p50 at 0.55 and 0.67 ms: this VM
-has stretches of ~0.1 s where every request takes 1.5-2 ms, bare relay and Turnout alike).
+Phases (``bench/overhead_phases.py``), each bounded in count and time: non-streaming chat at
+concurrency 1 (p50/p99), concurrency 32 for a fixed duration (req/s), and streaming chat at
+concurrency 1 (time to the first body byte). Direct, Turnout and the bare relays (all started
+at once) take turns in interleaved rounds: c=1 in 5 rounds of 1,000 requests per server, each
+round once with the fault server placed as above and once the other way (``added p50, split``
+in the table); c=32 and streaming in 3 rounds of 3 s and 600 requests. Each figure is the median
+of its rounds', each added figure the median of its rounds' differences from direct's (this VM
+has slow spells, from a tenth of a second to minutes, in which every relay's c=1 latency
+doubles or triples: measured once each, one after the other, two back-to-back runs put
+Turnout's c=1 p50 at 0.55 and 0.67 ms, and one c=32 figure fell by a third).
 LiteLLM lives in its own venv, ``bench/.venv-litellm``, made on first use, and runs alone
 afterwards (one c=1 phase); (c) is skipped with a message when it cannot be installed.
 
@@ -39,13 +42,11 @@ import importlib.util
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,32 +55,25 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from loadgen import interleaved, run_loop, run_phase  # noqa: E402
+from overhead_phases import (  # noqa: E402
+    MODEL,
+    Sizes,
+    c1_rows,
+    idle_cpu_ms_per_s,
+    litellm_row,
+    load_rows,
+)
 from paired_stats import paired_median  # noqa: E402
-from placement import LOADGEN_CORE, UpstreamPlacement  # noqa: E402
+from placement import LOADGEN_CORE, UpstreamPlacement, cross_core_rtt_us  # noqa: E402
 
 from backends.fault import FaultServer  # noqa: E402
 
 LITELLM_VENV = ROOT / "bench" / ".venv-litellm"
 # 1.107.0 was a compromised release; stay on the line the design notes measured.
 LITELLM_REQUIREMENT = "litellm[proxy]>=1.106,<1.107"
-MODEL = "fake-model"
 TARGETS = {"added_p50_ms": 0.5, "added_p99_ms": 2.0, "rps_c32": 3000.0, "ttfb_added_ms": 1.0}
 
 
-def http_request(port: int, stream: bool) -> bytes:
-    body: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}],
-                            "max_tokens": 16}
-    if stream:
-        body["stream"] = True
-    raw = orjson.dumps(body)
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
-            f"Content-Length: {len(raw)}\r\n\r\n")
-    return head.encode() + raw
-
-
-# ---------------------------------------------------------------- servers under test
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -193,154 +187,7 @@ LITELLM_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
                "LITELLM_TELEMETRY": "False", "DISABLE_SCHEMA_UPDATE": "True"}
 
 
-# ---------------------------------------------------------------- measurement and report
-@dataclass
-class Sizes:
-    c1_count: int
-    c1_seconds: float
-    c32_seconds: float
-    stream_count: int
-    warmup: int
-    # The first phase on a fresh server warms it longer: a gateway's c=1 p50 keeps falling for
-    # its first ~2,000 requests (median of 6 launches: 0.51 ms over requests 300-2,300, 0.47 ms
-    # over the next 2,000; the bare relay 0.39 / 0.37 ms), and the targets are steady-state ones.
-    c1_warmup: int
-    rounds: int  # interleaved c=1 rounds, each ``c1_count`` answers per server after
-    round_warmup: int  # these unmeasured ones (it idled while the others were measured)
-    idle_seconds: float  # how long each server's CPU is watched with no traffic
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU time of ``pid`` and its children so far, all threads (0 where /proc is missing): the
-    scheduler's nanosecond count (``schedstat``) where there is one, else clock ticks."""
-    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(stat.parent.name) != pid and int(fields[1]) != pid:
-                continue
-            threads = list((stat.parent / "task").glob("*/schedstat"))
-            if threads:
-                total += sum(int(t.read_text().split()[0]) for t in threads) / 1e9
-            else:
-                total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
-def idle_cpu_ms_per_s(pids: dict[str, int], seconds: float) -> dict[str, float]:
-    """Each server's CPU while nobody sends it anything (timers, pollers), ms per second."""
-    before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
-    time.sleep(seconds)
-    return {name: 1e3 * (_cpu_seconds(pid) - before[name]) / seconds for name, pid in pids.items()}
-
-
-def _load_note(name: str) -> None:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    print(f"[{name}] measuring (load average {load:.2f})...", flush=True)
-    if load > 1.0:
-        print(f"[{name}] warning: the machine is busy; tail latencies will be noisy", flush=True)
-
-
-def c1_rows(servers: dict[str, tuple[int, int]], sizes: Sizes, place: UpstreamPlacement | None = None
-            ) -> dict[str, dict[str, Any]]:
-    """Concurrency 1 on every server (``direct`` first among them) in interleaved rounds: each
-    row's p50/p99 is the median of its rounds', its added p50/p99 the median of its rounds'
-    differences from direct's in the same round (one gateway's c=1 p50 moved 0.55-0.67 ms
-    between back-to-back runs of this script when each server was measured once, in turn)."""
-    _load_note("c=1, " + ", ".join(servers))
-    if place:
-        place.for_latency()
-    targets = {name: (port, http_request(port, False)) for name, (port, _) in servers.items()}
-    rounds = run_loop(interleaved(targets, sizes.rounds, sizes.c1_count, sizes.c1_seconds,
-                                  sizes.round_warmup, sizes.c1_warmup))
-    p50s = {name: [r.pct("lat", 0.5) for r in results] for name, results in rounds.items()}
-    p99s = {name: [r.pct("lat", 0.99) for r in results] for name, results in rounds.items()}
-    rows: dict[str, dict[str, Any]] = {}
-    for name, results in rounds.items():
-        row: dict[str, Any] = {
-            "p50_ms": statistics.median(p50s[name]), "p99_ms": statistics.median(p99s[name]),
-            "n_c1": sum(len(r.latencies_ns) for r in results), "c1_errors": sum(r.errors for r in results),
-            "c1_rounds_p50_ms": p50s[name]}
-        if name != "direct":
-            row["added_p50_ms"] = paired_median(p50s[name], p50s["direct"])
-            row["added_p99_ms"] = paired_median(p99s[name], p99s["direct"])
-        rows[name] = row
-        print(f"[{name}] c=1 p50 by round: {' '.join(f'{v:.3f}' for v in p50s[name])} ms", flush=True)
-    return rows
-
-
-def load_row(name: str, port: int, sizes: Sizes, pid: int, place: UpstreamPlacement | None = None
-             ) -> dict[str, float]:
-    """Concurrency 32 (req/s, and the server's CPU per request) and streaming TTFB at c=1."""
-    _load_note(name)
-    plain, streamed = http_request(port, False), http_request(port, True)
-    if place:
-        place.for_throughput()
-    cpu_before = _cpu_seconds(pid)
-    c32 = run_loop(run_phase(port, plain, 32, 10**9, sizes.c32_seconds, sizes.warmup))
-    served = len(c32.latencies_ns) + sizes.warmup
-    cpu_us = 1e6 * (_cpu_seconds(pid) - cpu_before) / served if served else float("nan")
-    if place:
-        place.for_latency()
-    st = run_loop(run_phase(port, streamed, 1, sizes.stream_count, sizes.c1_seconds, sizes.warmup))
-    row = {"rps_c32": c32.rps, "p50_c32_ms": c32.pct("lat", 0.5), "p99_c32_ms": c32.pct("lat", 0.99),
-           "ttfb_p50_ms": st.pct("ttfb", 0.5), "ttfb_p99_ms": st.pct("ttfb", 0.99),
-           "stream_p50_ms": st.pct("lat", 0.5), "server_cpu_us_c32": cpu_us, "errors": c32.errors + st.errors}
-    print(f"[{name}] c=32 {row['rps_c32']:.0f} req/s, TTFB p50 {row['ttfb_p50_ms']:.3f} ms, "
-          f"errors {row['errors']}", flush=True)
-    return row
-
-
-def litellm_row(port: int, sizes: Sizes, pid: int, place: UpstreamPlacement | None = None) -> dict[str, Any]:
-    """LiteLLM alone (its c=1 is ~40x slower: one phase, no rounds), on the same phases."""
-    _load_note("litellm")
-    if place:
-        place.for_latency()
-    c1 = run_loop(run_phase(port, http_request(port, False), 1, sizes.c1_count * sizes.rounds,
-                            sizes.c1_seconds, sizes.c1_warmup))
-    row: dict[str, Any] = {"p50_ms": c1.pct("lat", 0.5), "p99_ms": c1.pct("lat", 0.99),
-                           "n_c1": len(c1.latencies_ns), "c1_errors": c1.errors}
-    return {**row, **load_row("litellm", port, sizes, pid, place)}
-
-
-def cross_core_rtt_us(cores: tuple[int, int] = (0, 1), rounds: int = 5000) -> float | None:
-    """p50 µs of a 1-byte ping-pong between two processes pinned to ``cores`` (None: can't pin).
-
-    Context for the c=1 figures: a request crosses cores twice (one such round trip) straight
-    or through a gateway with ``--placement matched``; with ``split``, direct crosses none and
-    relayed four times."""
-    try:
-        if len(os.sched_getaffinity(0)) < 2:
-            return None
-    except (AttributeError, OSError):
-        return None
-    here, there = socket.socketpair()
-    child = os.fork()
-    if child == 0:  # the echoing side
-        try:
-            os.sched_setaffinity(0, {cores[1]})
-            for _ in range(rounds):
-                there.recv(1)
-                there.send(b"x")
-        finally:
-            os._exit(0)
-    previous = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cores[0]})
-    times = []
-    try:
-        for _ in range(rounds):
-            start = time.perf_counter_ns()
-            here.send(b"x")
-            here.recv(1)
-            times.append(time.perf_counter_ns() - start)
-    finally:
-        os.sched_setaffinity(0, previous)
-        os.waitpid(child, 0)
-        here.close()
-        there.close()
-    return sorted(times)[len(times) // 2] / 1e3
-
-
+# ---------------------------------------------------------------- report
 def _beyond(rows: dict[str, dict[str, Any]], name: str, base: str) -> float:
     """``name``'s c=1 p50 minus ``base``'s: paired round by round when both ran in the rounds."""
     a, b = rows[name].get("c1_rounds_p50_ms"), rows[base].get("c1_rounds_p50_ms")
@@ -351,15 +198,17 @@ def _beyond(rows: dict[str, dict[str, Any]], name: str, base: str) -> float:
 
 def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None, placement: str = "matched"
            ) -> dict[str, Any]:
-    direct = rows["direct"]
+    direct, other = rows["direct"], "split" if placement == "matched" else "matched"
     for name, row in rows.items():
         row["errors"] = row.get("errors", 0) + row.pop("c1_errors", 0)
         if name != "direct":  # set already for the servers of the interleaved c=1 rounds
             row.setdefault("added_p50_ms", row["p50_ms"] - direct["p50_ms"])
             row.setdefault("added_p99_ms", row["p99_ms"] - direct["p99_ms"])
-            row["ttfb_added_ms"] = row["ttfb_p50_ms"] - direct["ttfb_p50_ms"]
+            row.setdefault("ttfb_added_ms", row["ttfb_p50_ms"] - direct["ttfb_p50_ms"])
     lines = [("non-stream c=1 p50 (ms)", "p50_ms", 3), ("non-stream c=1 p99 (ms)", "p99_ms", 3),
              ("added p50 (ms)", "added_p50_ms", 3), ("added p99 (ms)", "added_p99_ms", 3),
+             (f"added p50, {other} (ms)", f"added_p50_{other}_ms", 3),
+             (f"added p99, {other} (ms)", f"added_p99_{other}_ms", 3),
              ("c=32 throughput (req/s)", "rps_c32", 0), ("c=32 p50 (ms)", "p50_c32_ms", 2),
              ("c=32 p99 (ms)", "p99_c32_ms", 2), ("c=32 server CPU (us/req)", "server_cpu_us_c32", 1),
              ("stream TTFB p50 (ms)", "ttfb_p50_ms", 3),
@@ -376,6 +225,13 @@ def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None, placeme
                      else "two; direct makes none (--placement split)")
         print(f"\nthis machine: cross-core round trip p50 {rtt_us:.1f} us (the c=1 path through a "
               f"gateway makes {crossings})")
+    t = rows.get("turnout", {})
+    if f"added_p50_{other}_ms" in t:
+        mean = (t["added_p50_ms"] + t[f"added_p50_{other}_ms"]) / 2
+        summary["turnout_added_p50_one_crossing_ms"] = mean
+        print(f"Turnout's added c=1 p50: {t['added_p50_ms']:.3f} ms {placement}, "
+              f"{t[f'added_p50_{other}_ms']:.3f} ms {other}; their mean, {mean:.3f} ms, charges a relayed "
+              f"request one cross-core round trip more than a direct one, as a hop to another core would")
     if "turnout" in rows and "bare" in rows:
         beyond = _beyond(rows, "turnout", "bare")
         summary["turnout_beyond_bare_p50_ms"] = beyond
@@ -415,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--placement", choices=("matched", "split"), default="matched",
                         help="where the fault server runs in latency phases (bench/placement.py)")
     args = parser.parse_args(argv)
-    quick, full = Sizes(150, 5, 2, 200, 50, 50, 2, 20, 1), Sizes(1000, 20, 5, 1500, 300, 2000, 5, 100, 5)
+    quick = Sizes(150, 5, 2, 200, 50, 50, 2, 20, 1, load_rounds=1)
+    full = Sizes(1000, 20, 3, 600, 300, 2000, 5, 100, 5, load_rounds=3)
     sizes = quick if args.quick else full
     rtt_us = cross_core_rtt_us(rounds=500 if args.quick else 5000)
     with contextlib.suppress(AttributeError, OSError):
@@ -439,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                     servers["turnout"] = (port, proc.pid)
                 except RuntimeError as exc:
                     print(f"Turnout failed: {exc}\n{(tmp / 'turnout.log').read_text()[-3000:]}", flush=True)
-            clients = () if args.skip_bare else ("pool", "aiohttp")
+            clients: tuple[str, ...] = () if args.skip_bare else ("pool", "aiohttp")
             if "aiohttp" in clients and importlib.util.find_spec("aiohttp") is None:
                 print("bare-aiohttp skipped: aiohttp is not installed (pip install 'turnout[bench]')",
                       flush=True)
@@ -449,11 +306,12 @@ def main(argv: list[str] | None = None) -> int:
                 proc = running.enter_context(gateway(bare_cmd(fault.url, port, client), port, 60))
                 servers[name] = (port, proc.pid)
             idle = idle_cpu_ms_per_s({name: pid for name, (_, pid) in servers.items()}, sizes.idle_seconds)
-            rows = c1_rows(servers, sizes, place)
+            other = "split" if place.mode == "matched" else "matched"
+            rows = c1_rows(servers, sizes, [place, UpstreamPlacement(place.pid, other)])
             for name, ms_per_s in idle.items():
                 rows[name]["idle_cpu_ms_per_s"] = ms_per_s
-            for name, (port, pid) in servers.items():
-                rows[name].update(load_row(name, port, sizes, pid, place))
+            for name, found in load_rows(servers, sizes, place).items():
+                rows[name].update(found)
         exe = None if args.skip_litellm else ensure_litellm()
         if exe is not None:
             port = _free_port()

@@ -14,10 +14,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httptools
+
+T = TypeVar("T")
 
 
 class Conn(asyncio.Protocol):
@@ -125,26 +128,27 @@ async def _run(port: int, data: bytes, concurrency: int, count: int, seconds: fl
     return result
 
 
-def run_loop(coro: Any) -> PhaseResult:
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """``coro`` run to the end on a fresh uvloop loop (asyncio's where uvloop is missing)."""
     try:
         import uvloop
     except ImportError:
-        result: PhaseResult = asyncio.run(coro)
-        return result
-    return uvloop.run(coro)  # type: ignore[no-any-return]
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 async def interleaved(targets: dict[str, tuple[int, bytes]], rounds: int, count: int, seconds: float,
-                      warmup: int, first_warmup: int) -> dict[str, list[PhaseResult]]:
+                      warmup: int, first_warmup: int, rotate: int = 0) -> dict[str, list[PhaseResult]]:
     """Concurrency 1 on each (port, request) of ``targets`` in turn, ``rounds`` times, the first
-    one rotating: ``count`` answers (at most ``seconds``) each time, after ``warmup`` unmeasured
-    ones (``first_warmup`` before the first round). Every target's result, round by round."""
+    one rotating (starting ``rotate`` places on): ``count`` answers (at most ``seconds``) each
+    time, after ``warmup`` unmeasured ones (``first_warmup`` before the first round). Every
+    target's result, round by round."""
     for port, data in targets.values():
         await _run(port, data, 1, first_warmup, 60.0, PhaseResult())
     names = list(targets)
     results: dict[str, list[PhaseResult]] = {name: [] for name in targets}
     for index in range(rounds):
-        shift = index % len(names)
+        shift = (index + rotate) % len(names)
         for name in names[shift:] + names[:shift]:
             port, data = targets[name]
             results[name].append(await run_phase(port, data, 1, count, seconds, warmup))

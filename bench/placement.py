@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,3 +55,41 @@ class UpstreamPlacement:
             return ("the fault server beside the gateways for c=1 and streaming (direct and relayed "
                     "paths cross cores alike), beside the load generator for c=32")
         return "the fault server beside the load generator throughout (relayed c=1 paths cross cores 4 times)"
+
+
+def cross_core_rtt_us(cores: tuple[int, int] = (0, 1), rounds: int = 5000) -> float | None:
+    """p50 µs of a 1-byte ping-pong between two processes pinned to ``cores`` (None: can't pin).
+
+    Context for the c=1 figures: a request crosses cores twice (one such round trip) straight
+    or through a gateway with ``--placement matched``; with ``split``, direct crosses none and
+    relayed four times."""
+    try:
+        if len(os.sched_getaffinity(0)) < 2:
+            return None
+    except (AttributeError, OSError):
+        return None
+    here, there = socket.socketpair()
+    child = os.fork()
+    if child == 0:  # the echoing side
+        try:
+            os.sched_setaffinity(0, {cores[1]})
+            for _ in range(rounds):
+                there.recv(1)
+                there.send(b"x")
+        finally:
+            os._exit(0)
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cores[0]})
+    times = []
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter_ns()
+            here.send(b"x")
+            here.recv(1)
+            times.append(time.perf_counter_ns() - start)
+    finally:
+        os.sched_setaffinity(0, previous)
+        os.waitpid(child, 0)
+        here.close()
+        there.close()
+    return sorted(times)[len(times) // 2] / 1e3
