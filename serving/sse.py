@@ -1,4 +1,4 @@
-"""Server-sent-event framing: the only code that writes ``data: …\\n\\n``.
+"""Server-sent events: the only code that writes ``data: …\\n\\n``, and the ASGI answer that sends them.
 
 The API layer turns typed backend chunks into OpenAI stream objects and hands them
 here; an error after the first byte becomes one typed ``error`` event followed by
@@ -7,9 +7,12 @@ here; an error after the first byte becomes one typed ``error`` event followed b
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+from starlette.types import Receive, Scope, Send
 
 DONE = b"data: [DONE]\n\n"
 
@@ -21,3 +24,45 @@ def event(payload: dict[str, Any]) -> bytes:
 def error_event(body: dict[str, Any]) -> bytes:
     """``body`` is an OpenAI error body ``{"error": {...}}``; the openai client raises on it."""
     return event(body)
+
+
+class SSEAnswer:
+    """A 200 ``text/event-stream`` answer: the head, one body message per event, the end.
+
+    Starlette's ``StreamingResponse`` runs every stream in an anyio task group beside a task
+    that listens for the client's disconnect (uvicorn speaks ASGI 2.3, so it takes that path);
+    here one plain asyncio task does the listening and cancels the stream when the client
+    goes away, which closes ``events`` and, through them, the upstream request.
+    """
+
+    __slots__ = ("events", "headers")
+
+    def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str]) -> None:
+        self.events, self.headers = events, headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        streaming = asyncio.current_task()
+        assert streaming is not None
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            streaming.cancel()
+
+        raw = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        raw += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()]
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": raw})
+            async for event in self.events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not (watcher.done() and not watcher.cancelled()):
+                raise  # cancelled from outside (shutdown), not by the client leaving
+            streaming.uncancel()  # the client left: the stream is over, quietly
+        finally:
+            watcher.cancel()  # before anything here can yield: the last send ended the request
+            closer = getattr(self.events, "aclose", None)
+            if closer is not None:
+                await closer()

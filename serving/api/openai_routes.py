@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from backends.base import Chunk, Completion, GenerateRequest, Usage
@@ -294,7 +294,7 @@ async def _complete_all(
             task.cancel()
 
 
-async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONAnswer:
+async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONAnswer | sse.SSEAnswer:
     state: AppState = scope["app"].turnout  # serving.app.GatewayApp
     headers_in = header_map(scope)
     rid = headers_in.get("x-request-id") or _new_request_id()
@@ -328,7 +328,7 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
             }
             charge = partial(state.access.charge, principal) if principal.tpm is not None else None
             events = _sse_events(chunks, head, chat, wire.include_usage(), charge)
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+            return sse.SSEAnswer(events, headers)
         work = _complete_all(state, routed, generates, endpoint)
         backend = state.gateway.backends[routed.decision.primary]
         results = await (_unless_disconnected(receive, work) if backend.info.cancel_on_disconnect else work)

@@ -1,0 +1,90 @@
+"""``serving.sse.SSEAnswer``: the ASGI answer every streamed completion goes out through."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, MutableMapping
+from typing import Any
+
+import pytest
+
+from serving.sse import SSEAnswer
+
+
+class Client:
+    """An ASGI server's side of one request: records what is sent, says 'disconnect' on cue."""
+
+    def __init__(self) -> None:
+        self.sent: list[MutableMapping[str, Any]] = []
+        self.gone = asyncio.Event()
+        self.receives = 0
+
+    async def receive(self) -> dict[str, Any]:
+        self.receives += 1
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        self.sent.append(message)
+
+
+def test_the_head_every_event_and_the_end_go_out_in_order() -> None:
+    async def events() -> AsyncIterator[bytes]:
+        for text in ("a", "b"):
+            yield f"data: {text}\n\n".encode()
+
+    async def run() -> Client:
+        client = Client()
+        await SSEAnswer(events(), {"x-request-id": "r1"})({"type": "http"}, client.receive, client.send)
+        return client
+
+    client = asyncio.run(run())
+    start, *bodies = client.sent
+    assert start == {"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/event-stream; charset=utf-8"), (b"x-request-id", b"r1")]}
+    assert [(m["body"], m["more_body"]) for m in bodies] == [
+        (b"data: a\n\n", True), (b"data: b\n\n", True), (b"", False)]
+
+
+def test_a_client_that_leaves_ends_the_stream_quietly_and_closes_the_events() -> None:
+    closed = asyncio.Event()
+
+    async def run() -> tuple[Client, bool]:
+        client = Client()
+        first_sent = asyncio.Event()
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield b"data: first\n\n"
+                first_sent.set()
+                await asyncio.sleep(30)  # an engine still generating
+                yield b"data: never\n\n"
+            finally:
+                closed.set()
+
+        answer = asyncio.ensure_future(SSEAnswer(events(), {})({"type": "http"}, client.receive, client.send))
+        await first_sent.wait()
+        client.gone.set()
+        await asyncio.wait_for(answer, 5)  # returns, does not raise
+        return client, answer.cancelled()
+
+    client, cancelled = asyncio.run(run())
+    assert not cancelled and closed.is_set()
+    assert [m.get("body") for m in client.sent[1:]] == [b"data: first\n\n"]
+
+
+def test_a_cancellation_from_outside_still_cancels() -> None:
+    async def events() -> AsyncIterator[bytes]:
+        yield b"data: first\n\n"
+        await asyncio.sleep(30)
+        yield b"data: never\n\n"
+
+    async def run() -> None:
+        client = Client()
+        answer = asyncio.ensure_future(SSEAnswer(events(), {})({"type": "http"}, client.receive, client.send))
+        await asyncio.sleep(0.05)
+        answer.cancel()
+        await answer
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(run())
