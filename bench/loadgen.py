@@ -21,18 +21,21 @@ from typing import Any, TypeVar
 import httptools
 
 T = TypeVar("T")
+_TAIL = 4096
 
 
 class Conn(asyncio.Protocol):
     """One keep-alive client connection; ``request()`` sends bytes and times the answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_tail: bool = False) -> None:
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.done: asyncio.Future[None] | None = None
         self.first = 0
         self.closed = False
         self.keep_alive = True
+        self.keep_tail = keep_tail  # keep the answer's last body bytes (``tail``), e.g. a stream's usage
+        self.tail = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -53,6 +56,8 @@ class Conn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if not self.first:  # the first body byte: for a stream, its first SSE event
             self.first = time.perf_counter_ns()
+        if self.keep_tail:
+            self.tail = (self.tail + body)[-_TAIL:]
 
     def on_message_complete(self) -> None:
         if self.done is not None and not self.done.done():
@@ -63,6 +68,7 @@ class Conn(asyncio.Protocol):
         assert self.transport is not None
         self.done = asyncio.get_running_loop().create_future()
         self.first = 0
+        self.tail = b""
         start = time.perf_counter_ns()
         self.transport.write(data)
         await self.done
