@@ -24,8 +24,10 @@ TWO_CORES = hasattr(os, "sched_getaffinity") and {GATEWAY_CORE, LOADGEN_CORE} <=
 def test_the_fault_server_moves_beside_the_gateway_only_for_latency_phases(
     mode: str, latency_core: int
 ) -> None:
-    code = ("import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); "
-            "print(1, flush=True); time.sleep(30)")
+    code = (
+        "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); "
+        "print(1, flush=True); time.sleep(30)"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert child.stdout is not None and child.stdout.readline()  # both threads exist now
     try:

@@ -40,10 +40,16 @@ def test_the_head_every_event_and_the_end_go_out_in_order() -> None:
 
     client = asyncio.run(run())
     start, *bodies = client.sent
-    assert start == {"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", b"text/event-stream; charset=utf-8"), (b"x-request-id", b"r1")]}
+    assert start == {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", b"text/event-stream; charset=utf-8"), (b"x-request-id", b"r1")],
+    }
     assert [(m["body"], m["more_body"]) for m in bodies] == [
-        (b"data: a\n\n", True), (b"data: b\n\n", True), (b"", False)]
+        (b"data: a\n\n", True),
+        (b"data: b\n\n", True),
+        (b"", False),
+    ]
 
 
 def test_a_client_that_leaves_ends_the_stream_quietly_and_closes_the_events() -> None:
