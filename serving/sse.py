@@ -21,6 +21,11 @@ def event(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
+def header_pairs(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """``headers`` as ASGI wants them (the answers here build no Starlette ``Response``)."""
+    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+
+
 def error_event(body: dict[str, Any]) -> bytes:
     """``body`` is an OpenAI error body ``{"error": {...}}``; the openai client raises on it."""
     return event(body)
@@ -49,8 +54,7 @@ class SSEAnswer:
                 pass
             streaming.cancel()
 
-        raw = [(b"content-type", b"text/event-stream; charset=utf-8")]
-        raw += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()]
+        raw = [(b"content-type", b"text/event-stream; charset=utf-8"), *header_pairs(self.headers)]
         watcher = asyncio.ensure_future(watch())
         try:
             await send({"type": "http.response.start", "status": 200, "headers": raw})

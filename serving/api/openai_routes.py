@@ -70,7 +70,7 @@ class JSONAnswer:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(self.body))]
-        raw += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()]
+        raw += sse.header_pairs(self.headers)
         await send({"type": "http.response.start", "status": 200, "headers": raw})
         await send({"type": "http.response.body", "body": self.body})
 
