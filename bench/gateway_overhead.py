@@ -10,7 +10,7 @@ logic. ``bare-aiohttp`` is the same relay on aiohttp's client, which Turnout use
 Placement on the 2 cores: gateways run on core 0 (``taskset -c 0``, one uvicorn worker) and
 this process (the load generator) on core 1. The fault server moves per phase
 (``bench/placement.py``): beside the gateways for the latency phases, so that direct and relayed
-requests cross cores equally often (on this VM a cross-core round trip costs ~35-70 µs; with the
+requests cross cores equally often (on this VM a cross-core round trip costs ~35-105 µs; with the
 fault server beside the load generator, ``--placement split``, a relayed c=1 request makes two
 more of them than a direct one, ~0.2 ms on the gateway's bill), and beside the load generator
 for c=32, so the gateway has its core to itself. The load generator is a raw asyncio + uvloop +

@@ -1,7 +1,7 @@
 """Where the benchmarks' upstream double runs on the 2 cores, phase by phase (bench-side only).
 
 ``gateway_overhead.py`` measures each gateway as (through it) − (straight at the fault server).
-On this VM a round trip between processes on two cores costs ~35–70 µs (the bench prints it),
+On this VM a round trip between processes on two cores costs ~35–105 µs (the bench prints it),
 many times what it costs on one core. So where the fault server sits decides how many of those
 the subtraction charges to the gateway:
 
