@@ -31,6 +31,23 @@ def error_event(body: dict[str, Any]) -> bytes:
     return event(body)
 
 
+def cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> asyncio.Task[None]:
+    """A watcher task that cancels ``task`` when the client disconnects (the request body
+    already read); cancel the watcher once the answer is out."""
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        task.cancel()
+
+    return asyncio.ensure_future(watch())
+
+
+def client_left(watcher: asyncio.Task[None]) -> bool:
+    """Whether a :func:`cancel_on_disconnect` watcher saw the client go (rather than being cancelled)."""
+    return watcher.done() and not watcher.cancelled()
+
+
 class SSEAnswer:
     """A 200 ``text/event-stream`` answer: the head, one body message per event, the end.
 
@@ -48,21 +65,15 @@ class SSEAnswer:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         streaming = asyncio.current_task()
         assert streaming is not None
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            streaming.cancel()
-
         raw = [(b"content-type", b"text/event-stream; charset=utf-8"), *header_pairs(self.headers)]
-        watcher = asyncio.ensure_future(watch())
+        watcher = cancel_on_disconnect(receive, streaming)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": raw})
             async for event in self.events:
                 await send({"type": "http.response.body", "body": event, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            if not (watcher.done() and not watcher.cancelled()):
+            if not client_left(watcher):
                 raise  # cancelled from outside (shutdown), not by the client leaving
             streaming.uncancel()  # the client left: the stream is over, quietly
         finally:

@@ -256,17 +256,11 @@ async def _sse_events(
 async def _unless_disconnected(receive: Receive, work: Awaitable[Result]) -> Result:
     """Run ``work``, cancelling it if the client hangs up first (the body is already read)."""
     task = asyncio.ensure_future(work)
-
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        task.cancel()
-
-    watcher = asyncio.ensure_future(watch())
+    watcher = sse.cancel_on_disconnect(receive, task)
     try:
         return await task
     except asyncio.CancelledError:
-        if watcher.done() and not watcher.cancelled():
+        if sse.client_left(watcher):
             raise ClientClosedRequest("the client closed the connection") from None
         raise
     finally:
