@@ -4,6 +4,8 @@ Runs on the dynamic batcher's worker thread, never on the event loop. Takes a ba
 compatible sequences (same sampling settings), right-pads their prompts, decodes token
 by token and hands each sequence its new token; a sequence stops on EOS, a stop
 sequence, its own ``max_tokens`` or cancellation, and the batch ends when all have.
+The library is called through its C API (:mod:`backends.ortgenai_capi`), which lets the
+event loop run while a step computes.
 """
 
 from __future__ import annotations
@@ -19,17 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from backends import ortgenai_capi
 from backends.base import SamplingParams
 from backends.logprobs import TokenScore, TokenTable, prompt_scores, score_rows, token_table
 from backends.stop_scanner import StopScanner
-
-try:
-    import onnxruntime_genai as og
-except ImportError as exc:  # pragma: no cover - the dependency is declared
-    raise ImportError(
-        "the embedded engine needs ONNX Runtime GenAI: pip install onnxruntime-genai==0.18.0"
-    ) from exc
-
 
 Event = tuple[str, str | None, int]
 
@@ -50,7 +45,7 @@ class Sequence:
     generated: int = 0
     finished: bool = False
     cancel_requested: bool = False
-    decoder: Any = None
+    decoder: ortgenai_capi.TokenizerStream | None = None
 
     def __post_init__(self) -> None:
         self.scanner = StopScanner(self.params.stop)
@@ -141,13 +136,9 @@ class GenAIModel:
         search = genai_config.get("search", {})
         # The model's own default when a request sets no temperature (as its generation config says).
         self.default_temperature = float(search.get("temperature", 1.0)) if search.get("do_sample") else 0.0
-        config = og.Config(str(folder))
-        if intra_op_threads:
-            overlay = {"model": {"decoder": {"session_options": {"intra_op_num_threads": intra_op_threads}}}}
-            config.overlay(json.dumps(overlay))
-        self.model = og.Model(config)
+        overlay = {"model": {"decoder": {"session_options": {"intra_op_num_threads": intra_op_threads}}}}
+        self.model = ortgenai_capi.Model(folder, overlay if intra_op_threads else None)
         self.generated_tokens = 0  # written by the worker thread only
-        self.tokenizer = og.Tokenizer(self.model)
         tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
         self.chat_template: str | None = tokenizer_config.get("chat_template")
         self.bos_token: str = tokenizer_config.get("bos_token", "")
@@ -155,10 +146,13 @@ class GenAIModel:
         self._token_table: TokenTable | None = None
 
     def encode(self, text: str) -> np.ndarray:
-        return np.asarray(self.tokenizer.encode(text), dtype=np.int32)
+        return self.model.encode(text)
+
+    def decode(self, ids: np.ndarray) -> str:
+        return self.model.decode(ids)
 
     def decode_token(self, token: int) -> str:
-        return str(self.tokenizer.decode(np.array([token], dtype=np.int32)))
+        return self.model.decode(np.array([token], dtype=np.int32))
 
     @property
     def token_table(self) -> TokenTable:
@@ -175,11 +169,13 @@ class GenAIModel:
         One forward pass on a generator of its own (any thread; ONNX Runtime sessions run
         concurrently), outside the batcher: scoring generates nothing.
         """
-        params = og.GeneratorParams(self.model)
-        params.set_search_options(max_length=min(self.context_length, len(ids) + 1))
-        generator = og.Generator(self.model, params)
-        generator.append_tokens(ids.reshape(1, -1))
-        logits: np.ndarray = np.array(generator.get_output("logits"))[0]
+        length = min(self.context_length, len(ids) + 1)
+        generator = ortgenai_capi.Generator(self.model, {"max_length": length})
+        try:
+            generator.append_tokens(ids.reshape(1, -1))
+            logits: np.ndarray = generator.output("logits")[0]
+        finally:
+            generator.close()
         return logits
 
     def run_batch(self, batch: list[Sequence]) -> None:
@@ -193,8 +189,7 @@ class GenAIModel:
             return
         padded_len = max(len(s.prompt_ids) for s in live)
         budget = max(s.max_new_tokens for s in live)
-        params = og.GeneratorParams(self.model)
-        options: dict[str, Any] = {
+        options: dict[str, float | bool] = {
             "max_length": min(self.context_length, padded_len + budget),
             "batch_size": len(live),
         }
@@ -210,21 +205,29 @@ class GenAIModel:
             options["random_seed"] = first.seed if first.seed is not None else time.time_ns() % (2**31)
         if first.ignore_eos:
             options["min_length"] = options["max_length"]
-        params.set_search_options(**options)
-        generator = og.Generator(self.model, params)
+        generator = ortgenai_capi.Generator(self.model, options)
+        try:
+            self._decode(generator, live, padded_len)
+        finally:
+            generator.close()
+        for seq in live:
+            seq.finish("length")
+        deliver(live)
+
+    def _decode(self, generator: ortgenai_capi.Generator, live: list[Sequence], padded_len: int) -> None:
         tokens = np.full((len(live), padded_len), self.pad_id, dtype=np.int32)
         for row, seq in enumerate(live):
             tokens[row, : len(seq.prompt_ids)] = seq.prompt_ids
-            seq.decoder = self.tokenizer.create_stream()
+            seq.decoder = self.model.stream()
         generator.append_tokens(tokens)
         scored = [(row, seq) for row, seq in enumerate(live) if isinstance(seq, ScoredSequence)]
         first_step = True
         remaining = len(live)
         while remaining and not generator.is_done():
             generator.generate_next_token()
-            next_tokens = generator.get_next_tokens()
+            next_tokens = generator.next_tokens()
             if scored:  # only batches with a logprobs request look at the logits
-                _score_step(np.asarray(generator.get_output("logits")), scored, next_tokens, first_step)
+                _score_step(generator.output("logits"), scored, next_tokens, first_step)
             first_step = False
             for row, seq in enumerate(live):
                 if seq.finished:
@@ -236,10 +239,6 @@ class GenAIModel:
                 if seq.finished:
                     remaining -= 1
             deliver(live)
-            time.sleep(0)  # hand the GIL to the event loop once per step (ORT GenAI holds it long)
-        for seq in live:
-            seq.finish("length")
-        deliver(live)
 
     def _advance(self, seq: Sequence, token: int) -> None:
         if token in self.eos_ids and not seq.params.ignore_eos:
@@ -247,6 +246,7 @@ class GenAIModel:
             return
         seq.generated += 1
         self.generated_tokens += 1
+        assert seq.decoder is not None  # set when the batch starts
         text = seq.scanner.feed(seq.decoder.decode(token))
         if text:
             seq.emit(text, None, seq.generated)

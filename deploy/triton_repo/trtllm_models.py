@@ -235,7 +235,7 @@ class Postprocessing:
                 continue
             beams = tokens.reshape(-1, tokens.shape[-1]) if tokens.size else np.zeros((1, 0), np.int32)
             lens = lengths.reshape(-1)
-            text = [self.tok.tokenizer.decode(beams[b][: int(lens[b])]) for b in range(len(lens))]
+            text = [self.tok.decode(beams[b][: int(lens[b])]) for b in range(len(lens))]
             responses.append(
                 pb().InferenceResponse(output_tensors=[bytes_tensor("OUTPUT", text, (1, len(text)))])
             )
