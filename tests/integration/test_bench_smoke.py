@@ -58,6 +58,8 @@ def test_real_backends_bench_prints_its_table(vllm: VllmServer, triton: TritonSe
         assert [line.split()[1] for line in out.splitlines() if line.startswith(engine + " ")] == ["1", "16"]
         assert f"targets ({engine}): added p50 <= 1 ms (c=1)" in out
         assert f"c=1 added p50 of {engine}: " in out  # with its bootstrap interval
+        assert f"c=16 throughput ratio of {engine} through Turnout: " in out
+        assert f"c=16 throughput ratio of {engine} through the bare relay: " in out
     assert [line.split()[1] for line in out.splitlines() if line.startswith("control ")][:1] == ["1"]
     assert "targets (control)" not in out and "control (fault server answering after 5 ms" in out
     for where in ("vllm", "triton", "the control"):  # the bare relay ran in front of each
