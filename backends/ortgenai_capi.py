@@ -32,7 +32,8 @@ except ImportError as exc:  # pragma: no cover - the dependency is declared
     ) from exc
 
 _P = ctypes.c_void_p
-_LIB_PATH = Path(_og.__file__).parent / "libonnxruntime-genai.so"
+# The library the binding itself loads, as each platform's wheel names it.
+_LIB_NAMES = ("libonnxruntime-genai.so", "libonnxruntime-genai.dylib", "onnxruntime-genai.dll")
 _FLOAT32, _FLOAT16 = 1, 10  # OgaElementType
 
 
@@ -47,12 +48,25 @@ def _bind(lib: ctypes.CDLL, name: str, restype: Any, *argtypes: Any) -> Any:
     return function
 
 
+def library_path(folder: Path | None = None) -> Path:
+    """ONNX Runtime GenAI's shared library inside its Python package (``folder``: for tests)."""
+    folder = folder or Path(_og.__file__).parent
+    for name in _LIB_NAMES:
+        if (folder / name).is_file():
+            return folder / name
+    raise ImportError(
+        f"ONNX Runtime GenAI's shared library ({' or '.join(_LIB_NAMES)}) is not in {folder}; "
+        "reinstall it: pip install --force-reinstall onnxruntime-genai==0.18.0"
+    )
+
+
 class _Api:
     """The C functions used, bound once: ``compute`` ones release the GIL, the rest keep it."""
 
     def __init__(self) -> None:
-        released = ctypes.CDLL(str(_LIB_PATH))  # GIL released during each call
-        held = ctypes.PyDLL(str(_LIB_PATH))  # same library, GIL kept
+        path = str(library_path())
+        released = ctypes.CDLL(path)  # GIL released during each call
+        held = ctypes.PyDLL(path)  # same library, GIL kept
         ptr, out, size = _P, ctypes.POINTER(_P), ctypes.c_size_t
         c_str = ctypes.c_char_p
         self.result_error = _bind(held, "OgaResultGetError", c_str, ptr)

@@ -46,6 +46,12 @@ def test_tokenizer_matches_python_binding(models: tuple[ortgenai_capi.Model, obj
     assert model.encode("").tolist() == list(tokenizer.encode(""))
 
 
+def test_a_missing_shared_library_says_how_to_install_it(tmp_path: Path) -> None:
+    assert ortgenai_capi.library_path().is_file()
+    with pytest.raises(ImportError, match=r"pip install --force-reinstall onnxruntime-genai==0\.18\.0"):
+        ortgenai_capi.library_path(tmp_path)
+
+
 def _pad(model: ortgenai_capi.Model, texts: list[str]) -> np.ndarray:
     rows = [[1, *model.encode(t).tolist()] for t in texts]
     width = max(len(r) for r in rows)
