@@ -75,7 +75,7 @@ async def one_stream(conn: Conn, data: bytes) -> int:
     return int(conn.tail.rsplit(b'"completion_tokens":', 1)[1].split(b",", 1)[0])
 
 
-async def tokens_per_second(base: str, model: str, streams: int, tokens: int, rounds: int) -> float:
+async def generate(base: str, model: str, streams: int, tokens: int, rounds: int) -> tuple[int, float]:
     """``rounds`` rounds of ``streams`` concurrent streams on keep-alive connections. The client is
     ``loadgen.Conn`` (asyncio + httptools): httpx's pure-Python parsing of ~7,000 SSE events a
     second took 0.85 of a core here, the gateway 0.8 of the other, so the client set the pace."""
@@ -90,11 +90,29 @@ async def tokens_per_second(base: str, model: str, streams: int, tokens: int, ro
         total = 0
         for _ in range(rounds):
             total += sum(await asyncio.gather(*(one_stream(conn, data) for conn in conns)))
-        return total / (time.perf_counter() - started)
+        return total, time.perf_counter() - started
     finally:
         for conn in conns:
             if conn.transport is not None:
                 conn.transport.close()
+
+
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds so far of each thread of ``pid`` (Linux's schedstat; empty elsewhere)."""
+    found: dict[int, float] = {}
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                found[int(task.name)] = int((task / "schedstat").read_text().split()[0]) / 1e9
+    return found
+
+
+def split_cpu(pid: int, before: dict[int, float], after: dict[int, float]) -> tuple[float, float]:
+    """CPU seconds between two snapshots of the event loop (the main thread) and of the busiest
+    other thread: the one batcher thread that worked, the engine's."""
+    used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+    loop = used.pop(pid, 0.0)
+    return loop, max(used.values(), default=0.0)
 
 
 def rss_mb(pid: int) -> float:
@@ -105,20 +123,32 @@ def rss_mb(pid: int) -> float:
 
 
 Figures = dict[tuple[str, int, int], list[float]]  # (precision, streams, max batch) → tokens/s per turn
+CpuPerToken = dict[tuple[str, int], list[tuple[float, float]]]  # (precision, max batch) → (loop, engine) µs
 
 
-async def measure(urls: dict[int, str], tokens: int, rounds: int, turns: int) -> Figures:
+async def measure(
+    urls: dict[int, str], pids: dict[int, int], tokens: int, rounds: int, turns: int
+) -> tuple[Figures, CpuPerToken]:
     """Tokens/s of every precision at 1 and 16 streams on the batched gateway and at 16 on the
-    batch-1 one (``urls``: max batch size → base URL), turn after turn."""
+    batch-1 one (``urls``/``pids``: max batch size → base URL / process), turn after turn; and at
+    16 streams the CPU each generated token cost the gateway's event loop and its engine thread."""
     figures: Figures = {}
+    cpu: CpuPerToken = {}
     plan = [(16, 1), (16, 16), (1, 16)]
     for turn in range(turns):
         for precision in PRECISIONS:
             shift = turn % len(plan)
             for batch, streams in plan[shift:] + plan[:shift]:
-                found = await tokens_per_second(urls[batch], precision, streams, tokens, rounds)
-                figures.setdefault((precision, streams, batch), []).append(found)
-    return figures
+                before = thread_cpu_s(pids[batch])
+                generated, seconds = await generate(urls[batch], precision, streams, tokens, rounds)
+                after = thread_cpu_s(pids[batch])
+                figures.setdefault((precision, streams, batch), []).append(generated / seconds)
+                if streams == 16 and after:
+                    loop, engine = split_cpu(pids[batch], before, after)
+                    cpu.setdefault((precision, batch), []).append(
+                        (loop / generated * 1e6, engine / generated * 1e6)
+                    )
+    return figures, cpu
 
 
 def main() -> None:
@@ -137,7 +167,7 @@ def main() -> None:
             path.write_text(config_yaml(batch))
             gateway = running.enter_context(gateway_process(path))
             urls[batch], pids[batch] = gateway.url, gateway.pid
-        figures = asyncio.run(measure(urls, args.tokens, args.rounds, args.turns))
+        figures, cpu = asyncio.run(measure(urls, pids, args.tokens, args.rounds, args.turns))
         rss = rss_mb(pids[16])
     med = statistics.median
     print(f"embedded engine, {args.tokens} tokens per stream, {args.rounds} rounds per figure, "
@@ -150,6 +180,15 @@ def main() -> None:
         print(f"{precision:<10}{med(figures[(precision, 1, 16)]):>10.0f}{med(many):>12.0f}"
               f"{med(baseline):>13.0f}{med(gains):>14.2f}x   " + " ".join(f"{g:.2f}" for g in gains))
     print("target: batching gain >= 3.00x at 16 streams")
+    if cpu:
+        print("CPU per generated token at 16 streams, µs (gateway event loop / engine thread), "
+              "median of turns:")
+        for precision in PRECISIONS:
+            cells = []
+            for batch, name in ((16, "batched"), (1, "batch 1")):
+                rows = cpu[(precision, batch)]
+                cells.append(f"{name} {med(r[0] for r in rows):.0f} / {med(r[1] for r in rows):.0f}")
+            print(f"  {precision:<8}" + ", ".join(cells))
     print(f"gateway RSS with fp32+int8+int4 loaded, after load: {rss:.0f} MB (target <= 500 MB)")
 
 
