@@ -2,7 +2,7 @@
 
 Beside every path a benchmark measures (load generator → [gateway] → upstream): ``Conn`` sends
 prepared request bytes and times the answer (to its first body byte and to its end),
-``run_phase`` runs a closed loop at a concurrency for a count or a time, and ``interleaved``
+``run_phase``/``closed_loop`` run a closed loop at a concurrency for a count or a time, and ``interleaved``
 runs concurrency 1 on several servers in turn, round after round, so that the machine's drift
 between minutes falls on all of them alike. Measured here at well over 10,000 req/s on one
 core, so the server under test is the bottleneck. No httpx: its per-request cost would be in
@@ -12,6 +12,7 @@ every figure.
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import time
 from collections.abc import Coroutine
@@ -94,11 +95,14 @@ class PhaseResult:
         return len(self.latencies_ns) / self.seconds if self.seconds else 0.0
 
 
-async def _worker(port: int, data: bytes, budget: list[int], deadline: float, out: PhaseResult) -> None:
+async def _worker(port: int, data: bytes, budget: list[int], deadline: float, out: PhaseResult,
+                  jitter_s: float, slots: list[Conn | None], slot: int) -> None:
     loop = asyncio.get_running_loop()
-    conn: Conn | None = None
+    conn = slots[slot]
     while budget[0] > 0 and time.perf_counter() < deadline:
         budget[0] -= 1
+        if jitter_s:
+            await asyncio.sleep(random.uniform(0, jitter_s))
         if conn is None or conn.closed:
             _, conn = await loop.create_connection(Conn, "127.0.0.1", port)
         try:
@@ -115,22 +119,31 @@ async def _worker(port: int, data: bytes, budget: list[int], deadline: float, ou
         if not conn.keep_alive and conn.transport is not None:
             conn.transport.close()
             conn = None
+    slots[slot] = conn
 
 
 async def run_phase(port: int, data: bytes, concurrency: int, count: int, seconds: float,
                     warmup: int) -> PhaseResult:
     """Closed loop: ``concurrency`` connections send until ``count`` answers or ``seconds`` pass."""
-    await _run(port, data, concurrency, warmup, 30.0, PhaseResult())
-    result = PhaseResult()
-    return await _run(port, data, concurrency, count, seconds, result)
+    await closed_loop(port, data, concurrency, warmup, 30.0)
+    return await closed_loop(port, data, concurrency, count, seconds)
 
 
-async def _run(port: int, data: bytes, concurrency: int, count: int, seconds: float,
-               result: PhaseResult) -> PhaseResult:
-    budget = [count]
+async def closed_loop(port: int, data: bytes, concurrency: int, count: int, seconds: float,
+                      jitter_s: float = 0.0, conns: list[Conn | None] | None = None) -> PhaseResult:
+    """``concurrency`` keep-alive connections send until ``count`` answers or ``seconds`` pass,
+    each waiting a random 0..``jitter_s`` before each request. With ``conns`` (one slot per
+    worker) the connections are taken from and left in it; without, they are closed."""
+    result, budget = PhaseResult(), [count]
+    slots: list[Conn | None] = conns if conns is not None else [None] * concurrency
     start = time.perf_counter()
-    await asyncio.gather(*(_worker(port, data, budget, start + seconds, result) for _ in range(concurrency)))
+    await asyncio.gather(*(_worker(port, data, budget, start + seconds, result, jitter_s, slots, slot)
+                           for slot in range(concurrency)))
     result.seconds = time.perf_counter() - start
+    if conns is None:
+        for conn in slots:
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
     return result
 
 
@@ -150,7 +163,7 @@ async def interleaved(targets: dict[str, tuple[int, bytes]], rounds: int, count:
     time, after ``warmup`` unmeasured ones (``first_warmup`` before the first round). Every
     target's result, round by round."""
     for port, data in targets.values():
-        await _run(port, data, 1, first_warmup, 60.0, PhaseResult())
+        await closed_loop(port, data, 1, first_warmup, 60.0)
     names = list(targets)
     results: dict[str, list[PhaseResult]] = {name: [] for name in targets}
     for index in range(rounds):

@@ -5,64 +5,16 @@ the bare relay) is a prepared keep-alive request; the paths take turns in short 
 an engine's drift within a run falls on every path alike, and each block is compared with the
 direct block beside it. ``alternating`` runs concurrency 1 and returns per-block p50
 differences; ``alternating_loaded`` runs a closed loop of N workers per block and returns
-per-block rate ratios; ``closed_loop`` is that loop.
+per-block rate ratios (each block ``loadgen.closed_loop``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import statistics
 import time
 
-from loadgen import Conn, PhaseResult
-
-
-async def closed_loop(
-    port: int,
-    data: bytes,
-    concurrency: int,
-    count: int,
-    seconds: float,
-    jitter_s: float,
-    conns: list[Conn | None] | None = None,
-) -> PhaseResult:
-    """``concurrency`` keep-alive connections send until ``count`` answers or ``seconds`` pass.
-    With ``conns`` (one slot per worker) the connections are taken from and left in it."""
-    result, budget = PhaseResult(), [count]
-    start = time.perf_counter()
-    loop = asyncio.get_running_loop()
-    slots: list[Conn | None] = conns if conns is not None else [None] * concurrency
-
-    async def worker(slot: int) -> None:
-        conn = slots[slot]
-        while budget[0] > 0 and time.perf_counter() < start + seconds:
-            budget[0] -= 1
-            if jitter_s:
-                await asyncio.sleep(random.uniform(0, jitter_s))
-            if conn is None or conn.closed:
-                _, conn = await loop.create_connection(Conn, "127.0.0.1", port)
-            try:
-                status, _, total = await asyncio.wait_for(conn.request(data), 30)
-            except (ConnectionError, TimeoutError):
-                result.errors, conn = result.errors + 1, None
-                continue
-            if status == 200:
-                result.latencies_ns.append(total)
-            else:
-                result.errors += 1
-            if not conn.keep_alive and conn.transport is not None:
-                conn.transport.close()
-                conn = None
-        slots[slot] = conn
-
-    await asyncio.gather(*(worker(slot) for slot in range(concurrency)))
-    result.seconds = time.perf_counter() - start
-    if conns is None:
-        for conn in slots:
-            if conn is not None and conn.transport is not None:
-                conn.transport.close()
-    return result
+from loadgen import Conn, PhaseResult, closed_loop
 
 
 async def alternating_loaded(
