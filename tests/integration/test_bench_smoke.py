@@ -25,7 +25,10 @@ def run(*args: str) -> str:
 def test_embedded_engine_bench_prints_its_table() -> None:
     out = run("bench/embedded_engine.py", "--tokens", "8", "--rounds", "1")
     for precision in ("fp32", "int8", "int4"):
-        assert any(line.startswith(precision) and re.search(r"\d\.\d\dx", line) for line in out.splitlines())
+        assert any(
+            line.startswith(precision) and re.search(r"\d\.\d\dx +\d\.\d\d \.\. \d\.\d\d ", line)
+            for line in out.splitlines()
+        )
         assert re.search(rf"^  {precision} +batched \d+ / \d+, batch 1 \d+ / \d+$", out, re.MULTILINE)
     assert "gateway RSS" in out
 
