@@ -2,8 +2,10 @@
 
 For each precision (fp32, int8, int4): generated tokens/s at 1 and 16 concurrent
 streams, with dynamic batching (max batch 16) and, as the baseline, with batch size 1.
-Also the gateway's resident memory with all three models loaded. Every stream asks for
-a fixed number of tokens (``ignore_eos``) so runs compare like with like.
+Also the gateway's resident memory with all three models loaded, and, once the gateways
+have stopped, each model's decode step alone at batch 1 and 16 (the engine's own share of the
+gain). Every stream asks for a fixed number of tokens (``ignore_eos``) so runs compare like
+with like.
 
 Both gateways (batched and batch size 1) run at once and take turns, precision by precision,
 in ``--turns`` interleaved turns: each figure is the median of its turns', and the batching gain
@@ -152,6 +154,39 @@ async def measure(
     return figures, cpu
 
 
+def engine_alone(tokens: int, turns: int) -> dict[str, tuple[float, float]]:
+    """Each precision's decode step alone, in this process (no gateway, no HTTP, one ONNX Runtime
+    thread as the gateway's): median µs of a step at batch 1 and at batch 16, turn by turn. Their
+    ratio × 16 is how much faster a token comes out of a batch-16 step than out of a batch-1 step:
+    the engine's own share of the batching gain, before any request or HTTP cost."""
+    import numpy as np
+
+    from backends.ortgenai_capi import Generator
+    from backends.ortgenai_runner import GenAIModel
+    from deploy.model.artifacts import onnx_dir
+
+    models = {precision: GenAIModel(onnx_dir(precision)) for precision in PRECISIONS}
+    steps: dict[tuple[str, int], list[float]] = {}
+    for _ in range(turns):
+        for precision, model in models.items():
+            prompt = model.encode("the red")
+            for batch in (1, 16):
+                length = len(prompt) + tokens
+                generator = Generator(model.model, {"max_length": length, "min_length": length,
+                                                    "batch_size": batch, "do_sample": False})
+                try:
+                    generator.append_tokens(np.tile(prompt, (batch, 1)))
+                    started = time.perf_counter()
+                    for _ in range(tokens):
+                        generator.generate_next_token()
+                    steps.setdefault((precision, batch), []).append(
+                        (time.perf_counter() - started) / tokens * 1e6)
+                finally:
+                    generator.close()
+    med = statistics.median
+    return {p: (med(steps[(p, 1)]), med(steps[(p, 16)])) for p in PRECISIONS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -170,6 +205,7 @@ def main() -> None:
             urls[batch], pids[batch] = gateway.url, gateway.pid
         figures, cpu = asyncio.run(measure(urls, pids, args.tokens, args.rounds, args.turns))
         rss = rss_mb(pids[16])
+    alone = engine_alone(args.tokens, args.turns)  # after the gateways have stopped
     med = statistics.median
     print(f"embedded engine, {args.tokens} tokens per stream, {args.rounds} rounds per figure, "
           f"median of {args.turns} turns, tokens/s through the API")
@@ -193,6 +229,11 @@ def main() -> None:
                 rows = cpu[(precision, batch)]
                 cells.append(f"{name} {med(r[0] for r in rows):.0f} / {med(r[1] for r in rows):.0f}")
             print(f"  {precision:<8}" + ", ".join(cells))
+    print("the engine alone (no gateway), µs per decode step, median of turns:")
+    for precision in PRECISIONS:
+        one, sixteen = alone[precision]
+        print(f"  {precision:<8}batch 1 {one:.0f}, batch 16 {sixteen:.0f}: "
+              f"a token {16 * one / sixteen:.2f}x faster batched")
     print(f"gateway RSS with fp32+int8+int4 loaded, after load: {rss:.0f} MB (target <= 500 MB)")
 
 
