@@ -73,7 +73,7 @@ sys.path.insert(0, str(ROOT))
 from gateway_overhead import bare_cmd  # noqa: E402
 from gateway_overhead import gateway as bare_gateway  # noqa: E402
 from loadgen import run_loop  # noqa: E402
-from paired_stats import median_interval  # noqa: E402
+from paired_stats import median_interval, verdict  # noqa: E402
 from turn_taking import alternating, alternating_loaded  # noqa: E402
 
 from backends.fault import FaultServer  # noqa: E402
@@ -276,6 +276,22 @@ def measure(
     return figures
 
 
+def target_verdicts(rows: dict[str, dict[str, float]]) -> dict[str, str]:
+    """Each target read on its median and its bootstrap interval (``paired_stats.verdict``)."""
+    c1, c16 = rows["turnout c=1"], rows["turnout c=16"]
+    nan = float("nan")
+    added = (c1.get("added_p50_low_ms", nan), c1.get("added_p50_high_ms", nan))
+    ratio = (c16.get("ratio_low", nan), c16.get("ratio_high", nan))
+    return {
+        "added p50 <= 1 ms (c=1)": verdict(
+            c1["added_p50_ms"], added, TARGETS["added_p50_ms"], higher_is_better=False
+        ),
+        "throughput ratio >= 0.97 (c=16)": verdict(
+            c16["throughput_ratio"], ratio, TARGETS["throughput_ratio"], higher_is_better=True
+        ),
+    }
+
+
 def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 0.0) -> dict[str, Any]:
     header = ("direct p50", "turnout p50", "added p50 (ms)*", "direct p99", "turnout p99", "direct req/s")
     header += ("turnout req/s", "throughput ratio*", "errors")
@@ -326,11 +342,10 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
             print(f"c=16 throughput ratio of {engine} through {through}: {t['throughput_ratio']:.3f}, "
                   f"95% bootstrap interval {interval[0]:.3f} .. {interval[1]:.3f} "
                   f"({t['block_pairs']:.0f} block pairs)")
-    for engine, checks in summary["targets"].items():
-        print(
-            f"targets ({engine}): "
-            + ", ".join(f"{k}: {'PASS' if ok else 'MISS'}" for k, ok in checks.items())
-        )
+    for engine in summary["targets"]:
+        verdicts = target_verdicts(results[engine])
+        summary.setdefault("verdicts", {})[engine] = verdicts
+        print(f"targets ({engine}): " + ", ".join(f"{k}: {v}" for k, v in verdicts.items()))
     for engine, rows in results.items():
         bare = rows.get("bare c=1")
         if bare is None:
