@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from backends.token_text import byte_level_alphabet, is_byte_level
+
 MAX_COMPLETION_LOGPROBS = 5  # /v1/completions ``logprobs`` (OpenAI's limit)
 MAX_TOP_LOGPROBS = 20  # /v1/chat/completions ``top_logprobs`` (OpenAI's limit)
 _FLOOR = -9999.0  # JSON has no -inf; vLLM clamps to the same value
@@ -83,24 +85,6 @@ def without_leading(scores: list[TokenScore]) -> list[TokenScore]:
 # ---- token strings ---------------------------------------------------------------------------
 
 
-def _byte_level_alphabet() -> dict[str, int]:
-    """The byte-level BPE alphabet: printable bytes stand for themselves, the others for 256+n."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    mapping = {chr(b): b for b in printable}
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            mapping[chr(256 + extra)] = byte
-            extra += 1
-    return mapping
-
-
-def _is_byte_level(tokenizer_json: dict[str, Any]) -> bool:
-    decoder = tokenizer_json.get("decoder") or {}
-    parts = decoder.get("decoders", [decoder]) if decoder.get("type") == "Sequence" else [decoder]
-    return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
-
-
 @dataclass(frozen=True, slots=True)
 class TokenTable:
     """Per token id: the string the API shows (``token``) and its raw bytes (chat's ``bytes``).
@@ -124,7 +108,7 @@ def token_table(tokenizer_json: dict[str, Any], vocab_size: int, decode: Callabl
     vocab: dict[str, int] = (tokenizer_json.get("model") or {}).get("vocab") or {}
     pieces = {index: piece for piece, index in vocab.items()} if isinstance(vocab, dict) else {}
     added = {int(t["id"]): str(t["content"]) for t in tokenizer_json.get("added_tokens") or []}
-    alphabet = _byte_level_alphabet() if _is_byte_level(tokenizer_json) else None
+    alphabet = byte_level_alphabet() if is_byte_level(tokenizer_json) else None
     raw: list[bytes] = []
     for index in range(vocab_size):
         if index in added:

@@ -5,7 +5,8 @@ compatible sequences (same sampling settings), right-pads their prompts, decodes
 by token and hands each sequence its new token; a sequence stops on EOS, a stop
 sequence, its own ``max_tokens`` or cancellation, and the batch ends when all have.
 The library is called through its C API (:mod:`backends.ortgenai_capi`), which lets the
-event loop run while a step computes.
+event loop run while a step computes; each token's text comes from a table of token bytes
+(:mod:`backends.token_text`) where the tokenizer is byte-level, the library's stream otherwise.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from backends import ortgenai_capi
 from backends.base import SamplingParams
 from backends.logprobs import TokenScore, TokenTable, prompt_scores, score_rows, token_table
 from backends.stop_scanner import StopScanner
+from backends.token_text import TextStream, TokenText
 
 Event = tuple[str, str | None, int]
 
@@ -45,7 +47,7 @@ class Sequence:
     generated: int = 0
     finished: bool = False
     cancel_requested: bool = False
-    decoder: ortgenai_capi.TokenizerStream | None = None
+    decoder: TextStream | None = None
 
     def __post_init__(self) -> None:
         self.scanner = StopScanner(self.params.stop)
@@ -144,6 +146,10 @@ class GenAIModel:
         self.bos_token: str = tokenizer_config.get("bos_token", "")
         self.eos_token: str = tokenizer_config.get("eos_token", "")
         self._token_table: TokenTable | None = None
+        tokenizer_path = folder / "tokenizer.json"
+        tokenizer_json = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else {}
+        # Each token's text from a table where the tokenizer allows it (backends.token_text).
+        self._token_text = TokenText.from_tokenizer_json(tokenizer_json, self.vocab_size)
 
     def encode(self, text: str) -> np.ndarray:
         return self.model.encode(text)
@@ -153,6 +159,10 @@ class GenAIModel:
 
     def decode_token(self, token: int) -> str:
         return self.model.decode(np.array([token], dtype=np.int32))
+
+    def text_stream(self) -> TextStream:
+        """A new sequence's detokenizer: the token table's, else the library's own stream."""
+        return self._token_text.stream() if self._token_text is not None else self.model.stream()
 
     @property
     def token_table(self) -> TokenTable:
@@ -218,7 +228,7 @@ class GenAIModel:
         tokens = np.full((len(live), padded_len), self.pad_id, dtype=np.int32)
         for row, seq in enumerate(live):
             tokens[row, : len(seq.prompt_ids)] = seq.prompt_ids
-            seq.decoder = self.model.stream()
+            seq.decoder = self.text_stream()
         generator.append_tokens(tokens)
         scored = [(row, seq) for row, seq in enumerate(live) if isinstance(seq, ScoredSequence)]
         first_step = True
