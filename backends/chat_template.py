@@ -31,7 +31,7 @@ class ChatTemplate:
     @classmethod
     def from_folder(cls, folder: Path) -> ChatTemplate | None:
         """The template of a tokenizer folder (``tokenizer_config.json``), or None if it has none."""
-        config = json.loads((folder / "tokenizer_config.json").read_text())
+        config = json.loads((folder / "tokenizer_config.json").read_bytes())
         source = config.get("chat_template")
         if not isinstance(source, str) or not source:
             return None

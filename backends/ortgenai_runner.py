@@ -127,7 +127,7 @@ class GenAIModel:
         if not (folder / "genai_config.json").is_file():
             raise FileNotFoundError(f"{folder} has no genai_config.json (run `turnout model build`)")
         self.folder = folder
-        genai_config = json.loads((folder / "genai_config.json").read_text())
+        genai_config = _read_json(folder / "genai_config.json")
         model_section = genai_config["model"]
         self.context_length = int(model_section["context_length"])
         self.bos_id = int(model_section["bos_token_id"])
@@ -141,15 +141,15 @@ class GenAIModel:
         overlay = {"model": {"decoder": {"session_options": {"intra_op_num_threads": intra_op_threads}}}}
         self.model = ortgenai_capi.Model(folder, overlay if intra_op_threads else None)
         self.generated_tokens = 0  # written by the worker thread only
-        tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+        tokenizer_config = _read_json(folder / "tokenizer_config.json")
         self.chat_template: str | None = tokenizer_config.get("chat_template")
         self.bos_token: str = tokenizer_config.get("bos_token", "")
         self.eos_token: str = tokenizer_config.get("eos_token", "")
         self._token_table: TokenTable | None = None
         tokenizer_path = folder / "tokenizer.json"
-        tokenizer_json = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else {}
+        self._tokenizer_json = _read_json(tokenizer_path) if tokenizer_path.is_file() else {}
         # Each token's text from a table where the tokenizer allows it (backends.token_text).
-        self._token_text = TokenText.from_tokenizer_json(tokenizer_json, self.vocab_size)
+        self._token_text = TokenText.from_tokenizer_json(self._tokenizer_json, self.vocab_size)
 
     def encode(self, text: str) -> np.ndarray:
         return self.model.encode(text)
@@ -168,9 +168,7 @@ class GenAIModel:
     def token_table(self) -> TokenTable:
         """Each token's string and bytes for logprobs (built on first use, on the event loop)."""
         if self._token_table is None:
-            path = self.folder / "tokenizer.json"
-            tokenizer_json = json.loads(path.read_text()) if path.is_file() else {}
-            self._token_table = token_table(tokenizer_json, self.vocab_size, self.decode_token)
+            self._token_table = token_table(self._tokenizer_json, self.vocab_size, self.decode_token)
         return self._token_table
 
     def prompt_logits(self, ids: np.ndarray) -> np.ndarray:
@@ -264,6 +262,12 @@ class GenAIModel:
             seq.finish("stop")
         elif seq.generated >= seq.max_new_tokens:
             seq.finish("length")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON file read as UTF-8 bytes, whatever the locale (Triton's Python stub runs in ASCII)."""
+    data: dict[str, Any] = json.loads(path.read_bytes())
+    return data
 
 
 def _score_step(
