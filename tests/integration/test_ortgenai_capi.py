@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from backends import ortgenai_capi
+from backends.ortgenai_runner import GenAIModel
 from backends.token_text import TokenTextStream
 from deploy.model.artifacts import onnx_dir
 
@@ -165,8 +166,6 @@ def test_generators_on_one_model_decode_concurrently(models: tuple[ortgenai_capi
 def test_the_token_table_decodes_as_the_library_stream_does(folder: Path) -> None:
     """The embedded engine's table detokenizer (backends.token_text) against the library's own
     stream, token by token, on text with multi-byte characters split across tokens."""
-    from backends.ortgenai_runner import GenAIModel
-
     model = GenAIModel(folder)
     texts = [*PROMPTS, "héllo wörld ✓ 😀 漢字", "a\nb\tc €", " the red cup\u00a0x"]
     for text in texts:
