@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.token_text import byte_level_alphabet, is_byte_level
+from backends.token_text import byte_level_pieces
 
 MAX_COMPLETION_LOGPROBS = 5  # /v1/completions ``logprobs`` (OpenAI's limit)
 MAX_TOP_LOGPROBS = 20  # /v1/chat/completions ``top_logprobs`` (OpenAI's limit)
@@ -105,16 +105,14 @@ class TokenTable:
 def token_table(tokenizer_json: dict[str, Any], vocab_size: int, decode: Callable[[int], str]) -> TokenTable:
     """Build the table from a ``tokenizer.json``; ``decode`` (one id → text) covers tokenizers that
     are not byte-level. Added tokens (``<s>``, ``</s>``…) are spelled as their content."""
-    vocab: dict[str, int] = (tokenizer_json.get("model") or {}).get("vocab") or {}
-    pieces = {index: piece for piece, index in vocab.items()} if isinstance(vocab, dict) else {}
+    pieces = byte_level_pieces(tokenizer_json)
     added = {int(t["id"]): str(t["content"]) for t in tokenizer_json.get("added_tokens") or []}
-    alphabet = byte_level_alphabet() if is_byte_level(tokenizer_json) else None
     raw: list[bytes] = []
     for index in range(vocab_size):
         if index in added:
             raw.append(added[index].encode())
-        elif alphabet is not None and index in pieces:
-            raw.append(bytes(alphabet.get(ch, 0x3F) for ch in pieces[index]))
+        elif index in pieces:
+            raw.append(pieces[index])
         else:
             raw.append(decode(index).encode())
     strings = tuple(piece.decode("utf-8", errors="replace") for piece in raw)

@@ -43,6 +43,17 @@ def is_byte_level(tokenizer_json: dict[str, Any]) -> bool:
     return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
 
 
+def byte_level_pieces(tokenizer_json: dict[str, Any]) -> dict[int, bytes]:
+    """Each vocabulary token's bytes, by id, for a byte-level BPE ``tokenizer.json`` (else none).
+
+    Shared with ``backends.logprobs.token_table``, which spells the same tokens for logprobs."""
+    vocab = (tokenizer_json.get("model") or {}).get("vocab")
+    if not is_byte_level(tokenizer_json) or not isinstance(vocab, dict):
+        return {}
+    alphabet = byte_level_alphabet()
+    return {int(index): bytes(alphabet.get(ch, 0x3F) for ch in piece) for piece, index in vocab.items()}
+
+
 class TokenTextStream:
     """One sequence's text, token by token (its own UTF-8 state; one thread at a time)."""
 
@@ -69,16 +80,13 @@ class TokenText:
     @classmethod
     def from_tokenizer_json(cls, tokenizer_json: dict[str, Any], vocab_size: int) -> TokenText | None:
         """The table of a byte-level BPE ``tokenizer.json``; None for any other kind."""
-        if not is_byte_level(tokenizer_json):
+        vocab = byte_level_pieces(tokenizer_json)
+        if not vocab:
             return None
-        vocab = (tokenizer_json.get("model") or {}).get("vocab")
-        if not isinstance(vocab, dict):
-            return None
-        alphabet = byte_level_alphabet()
         pieces = [b""] * vocab_size
-        for piece, index in vocab.items():
+        for index, piece in vocab.items():
             if 0 <= index < vocab_size:
-                pieces[index] = bytes(alphabet.get(ch, 0x3F) for ch in piece)
+                pieces[index] = piece
         for added in tokenizer_json.get("added_tokens") or []:
             index = int(added["id"])
             if 0 <= index < vocab_size:
