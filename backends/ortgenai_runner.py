@@ -29,6 +29,7 @@ from backends.stop_scanner import StopScanner
 from backends.token_text import TextStream, TokenText
 
 Event = tuple[str, str | None, int]
+_SEED_RANGE = 2**31  # ONNX Runtime GenAI's random_seed is an int32
 
 
 @dataclass(slots=True)
@@ -208,9 +209,11 @@ class GenAIModel:
             options.update(do_sample=True, temperature=float(first.temperature or 1.0))
             if first.top_p is not None:
                 options["top_p"] = float(first.top_p)
-            if first.top_k is not None:
-                options["top_k"] = int(first.top_k)
-            options["random_seed"] = first.seed if first.seed is not None else time.time_ns() % (2**31)
+            if first.top_k is not None:  # past the vocabulary means every token, as vLLM reads it
+                options["top_k"] = min(int(first.top_k), self.vocab_size)
+            # The library's seed is an int32: a 64-bit one is folded in (seeds below 2**31 unchanged).
+            seed = first.seed if first.seed is not None else time.time_ns()
+            options["random_seed"] = seed % _SEED_RANGE
         if first.ignore_eos:
             options["min_length"] = options["max_length"]
         generator = ortgenai_capi.Generator(self.model, options)

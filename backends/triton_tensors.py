@@ -147,6 +147,8 @@ def plan_request(
         }
         return RequestPlan(tensors, fields, max_tokens, p.stop, prompt)
     params = {"stop_words": "stop", "stop": "stop"}
+    if p.seed is not None:  # a UINT64 tensor in both conventions: a negative seed is folded in
+        sampling["seed"] = p.seed % 2**64
     fields = {"text_input": prompt, **sampling}
     if tensors == "turnout":
         if p.stop:

@@ -17,6 +17,7 @@ from backends.openai_fields import logprob_options
 from serving.errors import ClientError
 
 _MAX_STOP_SEQUENCES = 4
+_INT64 = 2**63  # OpenAI's seed is an int64, as vLLM takes it
 MAX_PROMPTS = 256  # prompts in one /v1/completions request (each becomes one choice)
 
 
@@ -25,7 +26,7 @@ class WireModel(BaseModel):
 
 
 class StreamOptions(WireModel):
-    include_usage: bool = False
+    include_usage: bool | None = False  # OpenAI's schema allows an explicit null (= false)
 
 
 # Messages (and their content parts) validate straight into the dicts that adapters receive:
@@ -60,7 +61,7 @@ class SamplingFields(WireModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     n: int | None = None
-    stream: bool = False
+    stream: bool | None = False  # null means false, as in OpenAI's schema
     stream_options: StreamOptions | None = None
     user: str | None = None
     ignore_eos: bool = False  # vLLM extension
@@ -79,6 +80,8 @@ class SamplingFields(WireModel):
             )
         if self.top_k is not None and self.top_k < -1:
             raise ClientError("top_k must be -1 (off) or positive", param="top_k", code="invalid_value")
+        if self.seed is not None and not -_INT64 <= self.seed < _INT64:
+            raise ClientError("seed must be a 64-bit integer", param="seed", code="invalid_value")
         if self.stream_options is not None and not self.stream:
             raise ClientError("stream_options is only allowed when stream is true", param="stream_options")
         if isinstance(self.stop, list) and len(self.stop) > _MAX_STOP_SEQUENCES:
@@ -108,7 +111,7 @@ class SamplingFields(WireModel):
         )
 
     def include_usage(self) -> bool:
-        return self.stream_options is not None and self.stream_options.include_usage
+        return self.stream_options is not None and bool(self.stream_options.include_usage)
 
     def extra_fields(self) -> dict[str, Any]:
         return dict(self.model_extra) if self.model_extra else {}

@@ -144,6 +144,13 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
         400,
         "prompt",
     ),
+    (
+        "seed past int64",
+        COMPLETIONS,
+        {"model": "turnout-tiny", "prompt": "the", "temperature": 1.0, "seed": 2**63},
+        400,
+        "seed",
+    ),
     ("unknown token id", COMPLETIONS, {"model": "turnout-tiny", "prompt": [1, 2, 99999]}, 400, "prompt"),
     ("unknown model", CHAT, {"model": "gpt-nine", "messages": OK_MESSAGES}, 404, "model"),
     ("oversized body", COMPLETIONS, {"model": "turnout-tiny", "prompt": "x" * 2_000_000}, 413, None),

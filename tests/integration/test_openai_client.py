@@ -92,6 +92,35 @@ def test_seeded_sampling_is_reproducible(client: openai.OpenAI) -> None:
     assert sample() == sample()
 
 
+def test_any_int64_seed_and_a_top_k_past_the_vocabulary_sample(gateway_url: str) -> None:
+    """The engine's own seed is an int32 and its top_k at most the vocabulary (512): a client's
+    64-bit seed or a larger top_k is folded or clamped, never an engine failure (once a 502
+    that counted towards the variant's circuit breaker)."""
+
+    def text(**sampling: object) -> str:
+        body = {"model": "turnout-tiny", "prompt": "the", "max_tokens": 12, "temperature": 1.0, **sampling}
+        reply = httpx.post(f"{gateway_url}/v1/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        return str(reply.json()["choices"][0]["text"])
+
+    for seed in (2**31, 2**63 - 1, -(2**63), -1):
+        assert text(seed=seed) == text(seed=seed)
+    assert text(seed=2**31 + 7) == text(seed=7)  # folded into the int32 range, reproducibly
+    assert text(top_k=600, seed=3) == text(top_k=0, seed=3)  # every token, like vLLM
+
+
+def test_explicit_nulls_mean_the_defaults(gateway_url: str) -> None:
+    """OpenAI's schema allows null for ``stream`` and ``include_usage``; some clients send it."""
+    body = {"model": "turnout-tiny", "prompt": "12+34=", "max_tokens": 4, "stream": None}
+    reply = httpx.post(f"{gateway_url}/v1/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["text"] == "640"
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": None}}
+    reply = httpx.post(f"{gateway_url}/v1/completions", json=streamed)
+    assert reply.status_code == 200, reply.text
+    assert '"usage":{' not in reply.text.replace(" ", "")  # null = false: no usage chunk
+
+
 def test_top_k_one_samples_the_greedy_answer(client: openai.OpenAI) -> None:
     def text(**sampling: object) -> str:
         reply = client.completions.create(

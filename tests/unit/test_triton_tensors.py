@@ -66,6 +66,7 @@ def test_turnout_convention_sends_the_named_tensors() -> None:
         "ignore_eos": True,
     }
     assert plan("turnout", completion()).max_tokens == 16  # OpenAI's completion default
+    assert plan("turnout", completion(temperature=1.0, seed=-1)).fields["seed"] == 2**64 - 1  # UINT64
     chat = GenerateRequest("chat", SamplingParams(), messages=[])
     assert plan_request("turnout", chat, "p", default_max_tokens=99).max_tokens == 99
     with pytest.raises(ClientError, match="Unrecognized request argument supplied: bad_words"):
