@@ -129,6 +129,10 @@ class BackendInfo:
     # Watch for a client hanging up during a non-streamed answer and cancel the work. Worth its
     # small per-request cost where the compute is ours (an in-process engine).
     cancel_on_disconnect: bool = False
+    # The most requests the variant queues at once, where it refuses beyond a bound (429): a
+    # request with several prompts keeps at most this many in flight, so it never fills the
+    # queue by itself and gets a 429 no retry could cure. None: no such bound.
+    queue_size: int | None = None
 
 
 @runtime_checkable

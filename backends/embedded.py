@@ -50,6 +50,7 @@ class EmbeddedBackend:
             vendor="cpu",
             accelerator=settings.accelerator,
             cancel_on_disconnect=True,
+            queue_size=settings.batching.max_queue_size,
         )
         self._model: GenAIModel | None = None
         self._batcher: DynamicBatcher[Sequence] | None = None

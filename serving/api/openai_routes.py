@@ -271,10 +271,12 @@ async def _complete_all(
     state: AppState, routed: Routed, generates: list[GenerateRequest], endpoint: str
 ) -> list[Completion]:
     """Each prompt is its own gateway call (the embedded engine batches them), at most
-    ``_FANOUT`` at once; the first failure fails the request and cancels the rest."""
+    ``_FANOUT`` at once, and never more than the chosen variant queues; the first failure
+    fails the request and cancels the rest."""
     if len(generates) == 1:
         return [await state.gateway.complete(routed, generates[0], endpoint)]
-    gate = asyncio.Semaphore(_FANOUT)
+    queue_size = state.gateway.backends[routed.decision.primary].info.queue_size
+    gate = asyncio.Semaphore(min(_FANOUT, queue_size or _FANOUT))
 
     async def one(generate: GenerateRequest) -> Completion:
         async with gate:

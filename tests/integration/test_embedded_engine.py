@@ -167,6 +167,17 @@ def test_full_queue_answers_429_with_retry_after(tiny_queue_gateway: str) -> Non
     assert after.status_code == 200
 
 
+def test_a_batch_of_prompts_never_fills_its_own_queue(tiny_queue_gateway: str) -> None:
+    """Six prompts against a queue of two, on an idle gateway: they take turns, no 429."""
+    prompts = [f"{a:02d}+{a + 1:02d}=" for a in range(6)]
+    body = {"model": "small", "prompt": prompts, "max_tokens": 4}
+    reply = httpx.post(f"{tiny_queue_gateway}/v1/completions", json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    choices = reply.json()["choices"]
+    assert [c["index"] for c in choices] == list(range(6))
+    assert all(c["text"].isdigit() for c in choices)
+
+
 @pytest.fixture(scope="module")
 def sampling_model_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A copy of the shipped fp32 folder whose generation config says to sample by default."""
