@@ -252,11 +252,11 @@ class GenAIModel:
             deliver(live)
 
     def _advance(self, seq: Sequence, token: int) -> None:
+        seq.generated += 1  # the end token too: vLLM counts it in usage, and logprobs list it
+        self.generated_tokens += 1
         if token in self.eos_ids and not seq.params.ignore_eos:
             seq.finish("stop")
             return
-        seq.generated += 1
-        self.generated_tokens += 1
         assert seq.decoder is not None  # set when the batch starts
         text = seq.scanner.feed(seq.decoder.decode(token))
         if text:

@@ -26,8 +26,8 @@ def test_chat_completion(client: openai.OpenAI) -> None:
     assert reply.choices[0].message.content == "640"
     assert reply.choices[0].finish_reason == "stop"
     assert reply.usage is not None
-    assert reply.usage.completion_tokens == 3
-    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 3
+    assert reply.usage.completion_tokens == 4  # 6 4 0 </s>: the end token counts, as in vLLM
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 4
     assert reply.model == "turnout-tiny"
 
 
@@ -45,14 +45,14 @@ def test_chat_completion_stream_with_usage(client: openai.OpenAI) -> None:
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == ["stop"]
     assert chunks[-1].choices == []
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
 
 
 def test_completion(client: openai.OpenAI) -> None:
     reply = client.completions.create(model="turnout-tiny", prompt="12+34=", max_tokens=8)
     assert reply.choices[0].text == "640"
     assert reply.choices[0].finish_reason == "stop"
-    assert reply.usage is not None and reply.usage.completion_tokens == 3
+    assert reply.usage is not None and reply.usage.completion_tokens == 4
 
 
 def test_completion_stream(client: openai.OpenAI) -> None:

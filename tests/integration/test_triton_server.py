@@ -51,7 +51,7 @@ def test_infer_over_http_answers_the_addition(triton: TritonServer) -> None:
     result = client.infer("turnout_tiny", infer_inputs(httpclient, {"text_input": "03+45=", "max_tokens": 8}))
     assert text_of(result) == "840"
     assert text_of(result, "finish_reason") == "stop"
-    assert int(result.as_numpy("completion_tokens").item()) == 3
+    assert int(result.as_numpy("completion_tokens").item()) == 4  # 8 4 0 </s>
     assert int(result.as_numpy("prompt_tokens").item()) == 7  # BOS + 6
 
 
@@ -90,7 +90,7 @@ def test_generate_stream_sends_one_event_per_piece(triton: TritonServer) -> None
     events = sse_events(url, {"text_input": "03+45=", "max_tokens": 8, "stream": True})
     assert len(events) >= 3
     assert "".join(e["text_output"] for e in events) == "840"
-    assert events[-1]["finish_reason"] == "stop" and events[-1]["completion_tokens"] == 3
+    assert events[-1]["finish_reason"] == "stop" and events[-1]["completion_tokens"] == 4
     whole = sse_events(url, {"text_input": "03+45=", "max_tokens": 8})  # stream=false: one final event
     assert [e["text_output"] for e in whole] == ["840"]
 

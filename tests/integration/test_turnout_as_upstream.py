@@ -53,7 +53,7 @@ def test_chat_through_relay(client: openai.OpenAI) -> None:
     assert reply.model == "relay"
     assert reply.choices[0].message.content == "640"
     assert reply.choices[0].finish_reason == "stop"
-    assert reply.usage is not None and reply.usage.completion_tokens == 3
+    assert reply.usage is not None and reply.usage.completion_tokens == 4  # </s> counts
 
 
 def test_completion_through_relay(client: openai.OpenAI) -> None:
@@ -77,7 +77,7 @@ def test_stream_through_relay_is_chunk_by_chunk(client: openai.OpenAI) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
         "stop"
     ]
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
 
 
 def test_sampling_fields_reach_the_upstream(client: openai.OpenAI) -> None:
