@@ -62,11 +62,17 @@ def text_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         text = ""
         for index, part in enumerate(content or ()):
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+            if part.get("type") != "text":
                 raise ClientError(
                     f"content part type '{part.get('type')}' is not supported by this model",
                     param=f"messages.{number}.content.{index}.type",
                     code="unsupported_content",
+                )
+            if not isinstance(part.get("text"), str):
+                raise ClientError(
+                    "a text content part needs its text as a string",
+                    param=f"messages.{number}.content.{index}.text",
+                    code="invalid_value",
                 )
             text += part["text"]
         flat.append({**message, "content": text})

@@ -138,7 +138,7 @@ class EmbeddedBackend:
                 f"This model's maximum context length is {context} tokens. However, you requested "
                 f"{prompt_tokens + requested} tokens ({prompt_tokens} in the {where}, {requested} in the "
                 f"completion). Please reduce the length of the {where} or completion.",
-                param="max_tokens",
+                param=where if prompt_tokens >= context else "max_tokens",  # what has to shrink
                 code="context_length_exceeded",
             )
         return requested

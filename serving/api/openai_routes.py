@@ -139,6 +139,15 @@ class _RequestIds:
 
 
 _new_request_id = _RequestIds()
+_MAX_CLIENT_REQUEST_ID = 128  # characters of a client's x-request-id that are echoed
+
+
+def request_id(sent: str | None) -> str:
+    """The client's ``x-request-id`` when it is a sane one (printable ASCII, at most 128
+    characters: it is echoed in a header and in the answer's id), else a new one."""
+    if sent and len(sent) <= _MAX_CLIENT_REQUEST_ID and sent.isascii() and sent.isprintable():
+        return sent
+    return _new_request_id()
 
 
 def chat_body(
@@ -293,7 +302,7 @@ async def _complete_all(
 async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONAnswer | sse.SSEAnswer:
     state: AppState = scope["app"].turnout  # serving.app.GatewayApp
     headers_in = header_map(scope)
-    rid = headers_in.get("x-request-id") or _new_request_id()
+    rid = request_id(headers_in.get("x-request-id"))
     endpoint = "chat" if chat else "completions"
     headers = {"x-request-id": rid}
     routed: Routed | None = None

@@ -74,7 +74,14 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
         COMPLETIONS,
         {"model": "turnout-tiny", "prompt": "1 " * 600, "max_tokens": 4},
         400,
-        "max_tokens",
+        "prompt",  # the prompt alone fills the context: no max_tokens would do
+    ),
+    (
+        "text part without its text",
+        CHAT,
+        {"model": "turnout-tiny", "messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        400,
+        "messages.0.content.0.text",
     ),
     (
         "temperature out of range",

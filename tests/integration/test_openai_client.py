@@ -142,6 +142,8 @@ def test_headers(gateway_url: str) -> None:
     assert reply.json()["id"] == "cmpl-abc123"
     generated = httpx.post(f"{gateway_url}/v1/completions", json=body)
     assert len(generated.headers["x-request-id"]) == 32
+    too_long = httpx.post(f"{gateway_url}/v1/completions", json=body, headers={"x-request-id": "a" * 129})
+    assert len(too_long.headers["x-request-id"]) == 32  # not echoed: a new one
 
 
 def test_health_and_ready(gateway_url: str) -> None:
