@@ -46,6 +46,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
 class Launched:
     url: str  # http://127.0.0.1:PORT
     pid: int
+    log: Path | None = None  # its output so far (removed when the block ends)
 
 
 @contextmanager
@@ -79,7 +80,7 @@ def gateway_process(
             wait_ready(f"{base}/ready", proc, timeout)
         except (RuntimeError, TimeoutError) as exc:
             raise RuntimeError(f"{exc}; log:\n{log_path.read_text()[-4000:]}") from None
-        yield Launched(url=base, pid=proc.pid)
+        yield Launched(url=base, pid=proc.pid, log=log_path)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -5,7 +5,9 @@ does not know yet, loads what is in force, then polls the store's change marker 
 cheap query every ``poll_interval_s``) and reloads when any process — this one's admin
 API, another gateway, the canary controller, ``turnout keys`` — has written. A stored
 version this process cannot serve (it names a variant this process does not have) is
-logged and the previous version stays in force.
+logged and the previous version stays in force. The store holds the truth: where a config
+file was edited after the store seeded its route, the stored version replaces the file's
+at start-up, with a warning.
 """
 
 from __future__ import annotations
@@ -63,18 +65,29 @@ class RouteSync:
         known = frozenset(self._gateway.backends)
         table = dict(self._gateway.routes)
         for name, stored in current.items():
+            in_force = table.get(name)
+            if in_force is not None and in_force.version == stored.version and in_force.spec == stored.spec:
+                continue
+            # Same number, other spec: the table came from a config file edited since the store
+            # seeded the route (only at start-up); the store holds the truth.
+            edited = in_force is not None and in_force.version == stored.version
             found = problems(stored.spec, known)
             if found:
-                in_force = table.get(name)
-                if in_force is None or in_force.version != stored.version:
-                    problem = "; ".join(found)
-                    log.error("route %s v%d cannot be served here: %s", name, stored.version, problem)
-                continue
-            in_force = table.get(name)
-            if in_force is not None and in_force.version == stored.version:
+                problem = "; ".join(found)
+                log.error("route %s v%d cannot be served here: %s", name, stored.version, problem)
+                if edited:
+                    log.error("route %s: serving the config file's spec, which the store does not hold", name)
                 continue
             table[name] = ActiveRoute(name, stored.version, stored.spec, stored.created_at)
-            if in_force is not None:
+            if edited:
+                log.warning(
+                    "route %s: the config file's spec differs from the store's v%d; serving the store's "
+                    "(the file only seeds a route the store does not have: change it with "
+                    "`turnout routes set`, or start on a new store)",
+                    name,
+                    stored.version,
+                )
+            elif in_force is not None:
                 log.info("route %s: v%d → v%d (%s)", name, in_force.version, stored.version, stored.action)
         self._gateway.apply(table)
 

@@ -210,6 +210,26 @@ def test_routes_survive_a_restart(config: Path) -> None:
         assert chat(launched.url).headers["x-turnout-variant"] == "b"
 
 
+def test_the_store_wins_over_a_config_file_edited_since_it_seeded_the_route(
+    config: Path, servers: tuple[FaultServer, FaultServer]
+) -> None:
+    """Edit the file's route (a → b) and restart on the same store: the stored version 1 is
+    what serves and what the admin API shows, and the log says the file was not taken."""
+    with running_gateway(config) as launched:
+        assert chat(launched.url).headers["x-turnout-variant"] == "a"
+    a, b = servers
+    write_config(
+        config, {"a": fault_variant(a), "b": fault_variant(b)}, {"chat": {"targets": [{"variant": "b"}]}}
+    )
+    with running_gateway(config) as launched:
+        reply = chat(launched.url)
+        assert (reply.headers["x-turnout-route-version"], reply.headers["x-turnout-variant"]) == ("1", "a")
+        current = httpx.get(f"{launched.url}/admin/routes/chat", headers=admin()).json()
+        assert current["version"] == 1 and current["spec"]["targets"] == [{"variant": "a", "weight": 1.0}]
+        assert launched.log is not None
+        assert "the config file's spec differs from the store's v1" in launched.log.read_text()
+
+
 def test_a_change_reaches_another_gateway_process_within_one_second(config: Path) -> None:
     with running_gateway(config) as first, running_gateway(config) as second:
         assert chat(second.url).headers["x-turnout-variant"] == "a"
