@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 from backends.presets import OPENAI_HTTP_PRESETS, TRITON_PRESETS, apply_preset
 
@@ -40,6 +40,17 @@ class EmbeddedSettings(StrictModel):
     batching: BatchingSettings = BatchingSettings()
     # Threads ONNX Runtime may use for one batch step (0 = its default).
     intra_op_threads: Annotated[int, Field(ge=0)] = 1
+
+    @field_validator("model_dir")
+    @classmethod
+    def _model_dir_holds_a_model(cls, folder: Path | None) -> Path | None:
+        """Checked when the config is read, not when the gateway starts loading models."""
+        if folder is not None and not (folder / "genai_config.json").is_file():
+            raise ValueError(
+                f"{folder} holds no genai_config.json (an ONNX Runtime GenAI model folder, "
+                "such as `turnout model build` writes)"
+            )
+        return folder
 
 
 class TimeoutSettings(StrictModel):

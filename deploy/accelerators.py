@@ -27,6 +27,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from deploy import strict_yaml
+
 Vendor = Literal["nvidia", "amd", "google", "cpu"]
 VENDORS: tuple[Vendor, ...] = ("nvidia", "amd", "google", "cpu")
 PRICES_ENV = "TURNOUT_PRICES_FILE"
@@ -122,7 +124,7 @@ class PricesError(ValueError):
 def load_prices(path: Path) -> dict[str, float]:
     """Read a prices YAML file (catalog name → USD per device-hour); errors name the file."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = strict_yaml.load(path.read_text())
     except OSError as exc:
         raise PricesError(f"{path}: cannot read prices: {exc.strerror}") from None
     except yaml.YAMLError as exc:

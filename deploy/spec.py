@@ -69,7 +69,7 @@ from pydantic import (
     model_validator,
 )
 
-from deploy import accelerators
+from deploy import accelerators, strict_yaml
 from deploy.accelerators import Vendor
 from deploy.model_facts import ModelFacts, ModelFactsError, facts_from_hf_folder, named_facts
 
@@ -277,7 +277,7 @@ def load_spec(path: Path) -> VariantSpec:
     except OSError as exc:
         raise SpecError(f"{path}: cannot read spec: {exc.strerror}") from None
     try:
-        data: Any = yaml.safe_load(text)
+        data: Any = strict_yaml.load(text)
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):

@@ -50,8 +50,10 @@ def load_spec_file(path: Path) -> RouteSpec:
     """A spec from YAML or JSON: a bare RouteSpec, or a route version (``show`` output) with a ``spec``."""
     import yaml
 
+    from deploy import strict_yaml
+
     try:
-        data = yaml.safe_load(path.read_text())
+        data = strict_yaml.load(path.read_text())
     except OSError as exc:
         raise EditError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from backends.settings import EmbeddedSettings, VariantSettings
+from deploy import strict_yaml
 from serving.errors import ConfigError
 from serving.routing.spec import RouteSpec, WeightedTarget, problems
 from serving.spec_variants import SpecVariant, spec_aliases
@@ -185,8 +186,11 @@ def parse_config(data: object, source: str = "<config>", base_dir: Path | None =
     except ValidationError as exc:
         lines = [f"{source}: invalid gateway config"]
         for error in exc.errors():
-            where = _field_path(error["loc"]) or "(top level)"
-            lines.append(f"  {where}: {str(error['msg']).removeprefix('Value error, ')}")
+            where = _field_path(error["loc"])
+            message = str(error["msg"]).removeprefix("Value error, ")
+            lines.append(
+                f"  {where}: {message}" if where else f"  {message}"
+            )  # a whole-file check names its field
         raise ConfigError("\n".join(lines)) from None
 
 
@@ -198,7 +202,7 @@ def load_config(path: Path) -> GatewayConfig:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a text file (the byte at offset {exc.start} is not UTF-8)") from None
     try:
-        data = yaml.safe_load(text)
+        data = strict_yaml.load(text)
     except yaml.YAMLError as exc:
         where = str(exc).replace('"<unicode string>"', f'"{path}"')  # PyYAML names no file for a str
         raise ConfigError(f"{path}: not valid YAML: {where}") from None

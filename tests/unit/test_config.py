@@ -66,6 +66,11 @@ def test_default_config_serves_three_precisions() -> None:
         ("routes: {}\n", "variants"),
         ("- a list\n", "expected a mapping"),
         ("variants: [\n", "not valid YAML"),
+        (GOOD.replace("vendor: amd", "vendor: amd\n    vendor: nvidia"), "found duplicate key 'vendor'"),
+        (
+            GOOD.replace("precision: int8", "model_dir: /nonexistent/dir"),
+            "variants.local.model_dir: /nonexistent/dir holds no genai_config.json",
+        ),
     ],
 )
 def test_invalid_config_names_file_and_field(tmp_path: Path, text: str, expected: str) -> None:
@@ -75,6 +80,24 @@ def test_invalid_config_names_file_and_field(tmp_path: Path, text: str, expected
     message = str(caught.value)
     assert str(path) in message
     assert expected in message
+
+
+def test_a_key_given_twice_is_refused_with_both_places(tmp_path: Path) -> None:
+    """PyYAML alone keeps the last; a variant written twice would silently lose its first."""
+    path = write(tmp_path, GOOD.replace("variants:\n", "variants:\n  remote: {kind: embedded}\n", 1))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert "found duplicate key 'remote' (first given on line 4)" in message, message
+    assert f'in "{path}", line 6' in message  # the second one
+
+
+def test_a_whole_config_check_reads_without_a_placeholder_path(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("{variant: local}", "{variant: nowhere}"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert "(top level)" not in str(caught.value)
+    assert "\n  routes.tiny.targets" in str(caught.value), str(caught.value)
 
 
 def test_a_yaml_error_points_into_the_file(tmp_path: Path) -> None:
