@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,9 +71,12 @@ def load_spec_file(path: Path) -> RouteSpec:
 
 def _number(text: str, what: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise EditError(f"{what}: not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise EditError(f"{what}: must be a finite number, got {text!r}")
+    return value
 
 
 def parse_weights(items: Sequence[str]) -> list[WeightedTarget]:

@@ -128,7 +128,7 @@ async def rollback_route(request: Request) -> Response:
     expected = _if_match(request)
     body = await _body(request)
     to_version = body.get("to_version")
-    if to_version is not None and (not isinstance(to_version, int) or to_version < 1):
+    if to_version is not None and (type(to_version) is not int or to_version < 1):  # true is no version
         raise ClientError("to_version must be a positive integer", param="to_version")
     if to_version is not None:
         target = await asyncio.to_thread(state.store.get_version, name, to_version)

@@ -17,8 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Percent = Annotated[float, Field(gt=0, le=100)]
 
 
+# Every number in a route is finite: an infinite weight or gate would be written to the store
+# and break JSON (and ``nan`` compares false to every bound).
+_SPEC_MODEL = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
 class WeightedTarget(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _SPEC_MODEL
 
     variant: str
     # 0 keeps a variant in the route (and its keys' assignment stable) while it takes no traffic.
@@ -28,7 +33,7 @@ class WeightedTarget(BaseModel):
 class ShadowTarget(BaseModel):
     """A variant that gets a sampled copy of the route's traffic; its answers are only compared."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _SPEC_MODEL
 
     variant: str
     sample_rate: Annotated[float, Field(ge=0, le=1)] = 1.0
@@ -41,7 +46,7 @@ GateMetric = Literal["error_rate", "p95_ttft_ms", "p95_latency_ms"]
 class SloGate(BaseModel):
     """One service-level bound the canary must hold: absolute, relative to stable, or both."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _SPEC_MODEL
 
     metric: GateMetric
     # Absolute bound: error_rate as a fraction (0.05 = 5%), the others in milliseconds.
@@ -53,6 +58,11 @@ class SloGate(BaseModel):
     def _has_a_bound(self) -> SloGate:
         if self.max is None and self.max_ratio_to_stable is None:
             raise ValueError(f"gate on {self.metric} needs max or max_ratio_to_stable")
+        if self.metric == "error_rate" and self.max is not None and self.max > 1:
+            # 2 meant as 2% would be a gate that never breaks: a failing canary gets promoted.
+            raise ValueError(
+                f"error_rate max is a fraction of requests (0.02 = 2%), at most 1; got {self.max:g}"
+            )
         return self
 
 
@@ -71,7 +81,7 @@ class EvalGate(BaseModel):
     points below the stable variant's on the same rows; a request that fails counts as wrong.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _SPEC_MODEL
 
     dataset: Annotated[str, Field(min_length=1)] = "addition"
     examples: Annotated[int, Field(ge=1, le=2000)] = 50
@@ -102,7 +112,7 @@ class CanaryPlan(BaseModel):
     controller writing a new route version, so every promotion is versioned and audited.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _SPEC_MODEL
 
     stable: str
     canary: str
@@ -136,7 +146,7 @@ StickySource = Literal["auto", "header", "user", "none"]
 class RouteSpec(BaseModel):
     """Weighted primaries, stickiness, shadows, ordered fallbacks, retries and an optional canary."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _SPEC_MODEL
 
     targets: Annotated[list[WeightedTarget], Field(min_length=1)]
     # Where the stickiness key comes from: "auto" = the x-turnout-key header, else the OpenAI

@@ -199,6 +199,10 @@ def test_history_rollback_and_audit(gateway: str) -> None:
     assert entries[0]["actor"] == "env-admin"
     missing = httpx.post(f"{gateway}/admin/routes/chat/rollback", json={"to_version": 99}, headers=admin())
     assert missing.status_code == 404
+    not_a_version = httpx.post(
+        f"{gateway}/admin/routes/chat/rollback", json={"to_version": True}, headers=admin()
+    )
+    assert not_a_version.status_code == 400 and not_a_version.json()["error"]["param"] == "to_version"
 
 
 def test_routes_survive_a_restart(config: Path) -> None:

@@ -61,7 +61,7 @@ def test_parse_weights_keeps_order() -> None:
     ]
 
 
-@pytest.mark.parametrize("bad", [["a"], ["a="], ["=5"], ["a=x"], ["a=-1"], []])
+@pytest.mark.parametrize("bad", [["a"], ["a="], ["=5"], ["a=x"], ["a=-1"], [], ["a=inf", "b=1"], ["a=nan"]])
 def test_parse_weights_rejects(bad: list[str]) -> None:
     with pytest.raises(EditError):
         parse_weights(bad)
@@ -70,6 +70,14 @@ def test_parse_weights_rejects(bad: list[str]) -> None:
 def test_a_weight_that_is_not_a_number_names_the_pair() -> None:
     with pytest.raises(EditError, match=r"^b=abc: not a number: 'abc'$"):
         parse_weights(["a=70", "b=abc"])
+
+
+def test_a_weight_that_is_not_finite_says_so() -> None:
+    """``inf`` once crashed the CLI in JSON encoding; ``nan`` was called negative."""
+    with pytest.raises(EditError, match=r"^a=inf: must be a finite number, got 'inf'$"):
+        parse_weights(["a=inf", "b=1"])
+    with pytest.raises(EditError, match="must be a finite number"):
+        parse_weights(["a=nan"])
 
 
 def test_parse_steps() -> None:
@@ -118,6 +126,8 @@ def test_gates_from_flags() -> None:
         start_canary(AB, "c", [10, 100], 50, 30, [])
     with pytest.raises(EditError, match="error_rate"):
         slo_gates(max_error_rate=-1)
+    with pytest.raises(EditError, match=r"a fraction of requests \(0.02 = 2%\), at most 1; got 2"):
+        slo_gates(max_error_rate=2)  # meant as 2%: a gate that could never break
 
 
 def test_canary_starts_from_the_heaviest_target_and_aborts_to_it() -> None:

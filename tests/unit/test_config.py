@@ -68,6 +68,10 @@ def test_default_config_serves_three_precisions() -> None:
         ("variants: [\n", "not valid YAML"),
         (GOOD.replace("vendor: amd", "vendor: amd\n    vendor: nvidia"), "found duplicate key 'vendor'"),
         (
+            GOOD.replace("weight: 3", "weight: .inf"),
+            "routes.tiny.targets.1.weight: Input should be a finite number",
+        ),
+        (
             GOOD.replace("precision: int8", "model_dir: /nonexistent/dir"),
             "variants.local.model_dir: /nonexistent/dir holds no genai_config.json",
         ),
