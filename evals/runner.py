@@ -18,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from tqdm import tqdm
@@ -28,6 +29,8 @@ from tqdm import tqdm
 from evals.datasets import Dataset, shipped
 from evals.metrics import Scoring, bootstrap_ci, match, mean
 from loadtests.runner import variant_facts
+
+Result = TypeVar("Result")
 
 # task → (dataset, scoring, max_tokens)
 GENERATION_TASKS: dict[str, tuple[str, Scoring, int]] = {
@@ -74,6 +77,17 @@ async def _generate(
     return str(text), reply.headers.get("x-turnout-variant", "?")
 
 
+async def _all(work: Iterable[Coroutine[Any, Any, Result]]) -> list[Result]:
+    """Every result in order; on the first failure the others are cancelled and awaited before
+    it is raised (``gather`` left them running into the client's close: stray warnings)."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one) for one in work]
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
+
+
 async def _task(client: httpx.AsyncClient, run: EvalRun, task: str, bar: tqdm) -> list[dict[str, Any]]:
     dataset_name, scoring, max_tokens = GENERATION_TASKS[task]
     dataset: Dataset = shipped()[dataset_name]
@@ -93,7 +107,7 @@ async def _task(client: httpx.AsyncClient, run: EvalRun, task: str, bar: tqdm) -
             bar.update(1)
             return record
 
-    return list(await asyncio.gather(*(one(row) for row in rows)))
+    return await _all(one(row) for row in rows)
 
 
 async def _logprobs(
@@ -151,7 +165,7 @@ async def _loglikelihood_task(
             bar.update(1)
             return record
 
-    return list(await asyncio.gather(*(one(row) for row in rows)))
+    return await _all(one(row) for row in rows)
 
 
 async def _top1_agreement(client: httpx.AsyncClient, run: EvalRun, bar: tqdm) -> list[dict[str, Any]]:
@@ -169,7 +183,7 @@ async def _top1_agreement(client: httpx.AsyncClient, run: EvalRun, bar: tqdm) ->
             record = {"task": "top1", "id": row["id"], "agreed": agreed, "positions": len(mine)}
             return {**record, "variant": variant}
 
-    return list(await asyncio.gather(*(one(row) for row in rows)))
+    return await _all(one(row) for row in rows)
 
 
 def _pooled(records: list[dict[str, Any]], seed: int, value: Any, resamples: int = 2000) -> dict[str, Any]:
