@@ -208,6 +208,12 @@ class GatewayMetrics:
         self.route_version = Gauge(
             "turnout_route_version", "Route version in force", ["route"], registry=self.registry
         )
+        self.rejected = Counter(
+            "turnout_rejected_requests",
+            "Requests answered before a route was chosen (bad body, unknown model, no key, limits)",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
         self.rate_limited = Counter(
             "turnout_rate_limited", "Requests refused by per-key limits", ["key"], registry=self.registry
         )

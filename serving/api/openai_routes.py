@@ -359,6 +359,8 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
     except TurnoutError as exc:
         if routed is not None:
             headers["x-turnout-variant"] = routed.served_by
+        else:  # the route's own series count from here on; these have no route yet
+            state.gateway.metrics.rejected.labels(endpoint, str(exc.status)).inc()
         return error_response(exc, headers)
     except Exception:  # served ahead of FastAPI's error middleware, so render the 500 here
         log.exception("request %s failed", rid)

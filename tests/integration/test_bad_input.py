@@ -8,6 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.integration.control_plane import metric_value
+
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 OK_MESSAGES = [{"role": "user", "content": "12+34="}]
@@ -212,3 +214,16 @@ def test_chunked_body_over_the_limit_is_refused(gateway_url: str) -> None:
     assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
     ok = httpx.post(gateway_url + COMPLETIONS, json={"model": "turnout-tiny", "prompt": "1", "max_tokens": 1})
     assert ok.status_code == 200
+
+
+def test_requests_refused_before_routing_are_counted(gateway_url: str) -> None:
+    """A bad body or an unknown model never reaches a route's series; error-rate dashboards
+    still see it, by endpoint and status (no client-chosen label)."""
+    labels = {"endpoint": "chat", "status": "404"}
+    before = metric_value(gateway_url, "turnout_rejected_requests_total", **labels)
+    httpx.post(gateway_url + CHAT, json={"model": "gpt-nine", "messages": OK_MESSAGES})
+    assert metric_value(gateway_url, "turnout_rejected_requests_total", **labels) == before + 1
+    bad = {"endpoint": "completions", "status": "400"}
+    before = metric_value(gateway_url, "turnout_rejected_requests_total", **bad)
+    httpx.post(gateway_url + COMPLETIONS, json={"model": "turnout-tiny", "prompt": "1", "max_tokens": "5"})
+    assert metric_value(gateway_url, "turnout_rejected_requests_total", **bad) == before + 1
