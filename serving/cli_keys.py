@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from serving.auth import ROLES, hash_key, key_prefix, new_key
+from serving.cli_types import key_name
 from serving.errors import ConfigError, TurnoutError
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     _where(keys, defaults=True)
     sub = keys.add_subparsers(dest="keys_command", required=True)
     create = sub.add_parser("create", help="make a key and print it (once)")
-    create.add_argument("name", help="a unique name for the key")
+    create.add_argument("name", type=key_name, help="a unique name for the key (letters, digits, ._@:-)")
     roles = "client (default), viewer, operator, admin"
     create.add_argument("--role", choices=ROLES, default="client", help=roles)
     create.add_argument("--rpm", type=_positive_int, help="requests per minute (default: unlimited)")

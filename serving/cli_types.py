@@ -7,6 +7,7 @@ before anything starts, instead of a server that binds somewhere else or a trace
 from __future__ import annotations
 
 import argparse
+import re
 
 
 def tcp_port(text: str) -> int:
@@ -18,3 +19,20 @@ def tcp_port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
     return port
+
+
+_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}")
+
+
+def key_name(text: str) -> str:
+    """An API key's name: 1-64 letters, digits and ``._@:-``, starting with a letter or digit.
+
+    It is shown in tables, the audit log and the ``key`` label of rate-limit metrics, so an
+    empty name, spaces or control characters are refused when the key is made.
+    """
+    if not _KEY_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a key name: use 1-64 letters, digits and . _ @ : -, "
+            "starting with a letter or digit"
+        )
+    return text
