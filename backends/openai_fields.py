@@ -17,7 +17,7 @@ from backends.logprobs import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 from serving.errors import ClientError
 
 # Accepted and ignored everywhere: they do not change what is generated.
-IGNORED_FIELDS = frozenset({"store", "metadata", "service_tier", "parallel_tool_calls"})
+IGNORED_FIELDS = frozenset({"store", "metadata", "service_tier", "parallel_tool_calls", "user"})
 # OpenAI's own fields, accepted only at their neutral value unless the engine maps them; any
 # other value is "not supported by <engine>", not mistaken for a typo.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {

@@ -114,7 +114,12 @@ class SamplingFields(WireModel):
         return self.stream_options is not None and bool(self.stream_options.include_usage)
 
     def extra_fields(self) -> dict[str, Any]:
-        return dict(self.model_extra) if self.model_extra else {}
+        """Fields passed on to backends: the unknown ones, and ``user`` (an OpenAI-compatible
+        upstream may use it too: another Turnout routes by it; other engines ignore it)."""
+        extra = dict(self.model_extra) if self.model_extra else {}
+        if self.user is not None:
+            extra["user"] = self.user
+        return extra
 
     def to_generates(self, request_id: str) -> list[GenerateRequest]:
         """One request per prompt (a /v1/completions batch has several; chat has one)."""

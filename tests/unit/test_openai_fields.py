@@ -16,6 +16,7 @@ ENGINE = "the embedded engine"
     "extra",
     [
         {"store": True, "metadata": {"a": "b"}, "service_tier": "auto", "parallel_tool_calls": False},
+        {"user": "alice"},
         {"suffix": None},
         {"suffix": ""},
         {"response_format": {"type": "text"}},
@@ -55,3 +56,18 @@ def test_an_unknown_field_gets_openais_wording() -> None:
 def test_a_mapped_field_is_passed_at_any_value() -> None:
     fmt = {"type": "json_object"}
     assert check_extra({"response_format": fmt}, "X", mapped={"response_format"}) == {"response_format": fmt}
+
+
+def test_the_openai_user_field_travels_to_the_backend() -> None:
+    """An OpenAI-compatible upstream gets ``user`` (another Turnout routes stickily by it);
+    engines that do not speak OpenAI accept and ignore it."""
+    from serving.protocol import ChatCompletionRequest, CompletionRequest
+
+    chat = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": "alice"}
+    )
+    assert chat.to_generates("r")[0].extra == {"user": "alice"}
+    batch = CompletionRequest.model_validate({"model": "m", "prompt": ["a", "b"], "user": "bob", "x": 1})
+    assert [g.extra for g in batch.to_generates("r")] == [{"x": 1, "user": "bob"}] * 2
+    plain = CompletionRequest.model_validate({"model": "m", "prompt": "a"})
+    assert plain.to_generates("r")[0].extra == {}
