@@ -126,8 +126,9 @@ class BackendInfo:
     engine: str
     vendor: str = "cpu"
     accelerator: str = "cpu"
-    # Watch for a client hanging up during a non-streamed answer and cancel the work. Worth its
-    # small per-request cost where the compute is ours (an in-process engine).
+    # Watch for a client hanging up during a non-streamed answer from the start, and cancel the
+    # work. Worth a task per request where the compute is ours (an in-process engine); other
+    # variants' requests are watched once 0.5 s old (``serving.api.openai_routes``).
     cancel_on_disconnect: bool = False
     # The most requests the variant queues at once, where it refuses beyond a bound (429): a
     # request with several prompts keeps at most this many in flight, so it never fills the

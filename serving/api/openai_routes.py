@@ -43,6 +43,8 @@ log = logging.getLogger("turnout")
 Wire = TypeVar("Wire", bound=SamplingFields)
 Result = TypeVar("Result")
 _FANOUT = 16  # prompts of one /v1/completions batch in flight at once
+# A non-streamed request to an upstream is watched for its client leaving from this age on.
+_WATCH_UPSTREAM_AFTER_S = 0.5
 
 
 _READ_HEADERS = frozenset(
@@ -262,18 +264,34 @@ async def _sse_events(
     yield sse.DONE
 
 
-async def _unless_disconnected(receive: Receive, work: Awaitable[Result]) -> Result:
-    """Run ``work``, cancelling it if the client hangs up first (the body is already read)."""
-    task = asyncio.ensure_future(work)
-    watcher = sse.cancel_on_disconnect(receive, task)
+async def _unless_disconnected(receive: Receive, work: Awaitable[Result], watch_after_s: float) -> Result:
+    """Await ``work``; if the client hangs up, cancel it (a 499), which also drops the upstream
+    request, so vLLM or Triton stop generating too (the body is already read).
+
+    Watching costs a task per request, so it starts only once the request is ``watch_after_s``
+    old (0: at once): a quick answer never pays, and a long generation runs on at most that
+    long after its client left. The watcher cancels this very task: no task wraps ``work``.
+    """
+    current = asyncio.current_task()
+    assert current is not None  # an ASGI request always runs in a task
+    watcher: asyncio.Task[None] | None = None
+
+    def watch() -> None:
+        nonlocal watcher
+        watcher = sse.cancel_on_disconnect(receive, current)
+
+    timer = asyncio.get_running_loop().call_later(watch_after_s, watch)
     try:
-        return await task
+        return await work
     except asyncio.CancelledError:
-        if sse.client_left(watcher):
+        if watcher is not None and sse.client_left(watcher):
+            current.uncancel()  # our own cancellation, handled here: the task goes on to answer 499
             raise ClientClosedRequest("the client closed the connection") from None
         raise
     finally:
-        watcher.cancel()
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
 
 
 async def _complete_all(
@@ -336,7 +354,8 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
             return sse.SSEAnswer(events, headers)
         work = _complete_all(state, routed, generates, endpoint)
         backend = state.gateway.backends[routed.decision.primary]
-        results = await (_unless_disconnected(receive, work) if backend.info.cancel_on_disconnect else work)
+        watch_after = 0.0 if backend.info.cancel_on_disconnect else _WATCH_UPSTREAM_AFTER_S
+        results = await _unless_disconnected(receive, work, watch_after)
         headers["x-turnout-variant"] = routed.served_by
         if principal.tpm is not None:
             state.access.charge(principal, sum(result.usage.total_tokens for result in results))
