@@ -68,8 +68,19 @@ def _run(args: argparse.Namespace) -> int:
     from loadtests.shapes import ShapeError, parse_shape
     from loadtests.stats import Slo
 
-    if args.users < 1 or args.duration <= 0:
-        print("turnout: --users must be ≥ 1 and --duration > 0", file=sys.stderr)
+    wrong = [
+        message
+        for message, bad in (
+            ("--users must be ≥ 1", args.users < 1),
+            ("--duration must be > 0", args.duration <= 0),
+            ("--step-users must be ≥ 1", args.step_users < 1),
+            ("--step must be > 0", args.step <= 0),
+            ("--timeout must be > 0", args.timeout <= 0),
+        )
+        if bad
+    ]
+    if wrong:
+        print(f"turnout: {'; '.join(wrong)}", file=sys.stderr)
         return 2
     try:
         shape = parse_shape(args.prompt_tokens, args.max_tokens, args.trace)
@@ -97,7 +108,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"turnout: {exc}", file=sys.stderr)
         return 1
     print((args.out / "summary.md").read_text())
-    return 0 if summary["overall"]["requests"] else 1
+    overall = summary["overall"]
+    if overall["requests"] and overall["errors"] == overall["requests"]:
+        # A dead target or a wrong route is not a load test (locust itself exits 1 on failures).
+        kinds = ", ".join(f"{kind} {count}" for kind, count in overall["errors_by_kind"].items())
+        print(f"turnout: every request failed ({kinds})", file=sys.stderr)
+        return 1
+    return 0 if overall["requests"] else 1
 
 
 def compare_main(argv: list[str]) -> int:

@@ -41,13 +41,13 @@ def prompt_of(words: int, rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(max(1, words)))
 
 
-def _bounds(text: str, what: str) -> tuple[int, int]:
+def _bounds(text: str, what: str, least: int) -> tuple[int, int]:
     try:
         parts = [int(part) for part in text.split("-")]
     except ValueError:
         raise ShapeError(f"{what}: expected N or LO-HI, got {text!r}") from None
-    if len(parts) not in (1, 2) or min(parts) < 0 or parts[0] > parts[-1]:
-        raise ShapeError(f"{what}: expected N or LO-HI with 0 <= LO <= HI, got {text!r}")
+    if len(parts) not in (1, 2) or min(parts) < least or parts[0] > parts[-1]:
+        raise ShapeError(f"{what}: expected N or LO-HI with {least} <= LO <= HI, got {text!r}")
     return parts[0], parts[-1]
 
 
@@ -71,6 +71,7 @@ def parse_shape(prompt: str, output: str, trace: Path | None = None) -> RequestS
     """``--prompt-tokens 8`` / ``4-32``, ``--max-tokens 16`` / ``8-64``, or ``--trace FILE``."""
     if trace is not None:
         return RequestShape(kind="trace", trace=load_trace(trace))
-    prompt_bounds, output_bounds = _bounds(prompt, "prompt tokens"), _bounds(output, "max tokens")
+    # An empty prompt is a shape; max_tokens 0 is a 400 on every request, not a load test.
+    prompt_bounds, output_bounds = _bounds(prompt, "prompt tokens", 0), _bounds(output, "max tokens", 1)
     uniform = prompt_bounds[0] != prompt_bounds[1] or output_bounds[0] != output_bounds[1]
     return RequestShape("uniform" if uniform else "fixed", prompt_bounds, output_bounds)

@@ -124,3 +124,19 @@ def test_bad_options_fail_clearly(tmp_path: Path) -> None:
     assert done.returncode == 2 and "prompt tokens: expected N or LO-HI" in done.stderr
     missing = loadtest("compare", str(tmp_path))
     assert missing.returncode == 2 and "not a load-test summary" in missing.stderr
+    for option, value, said in [
+        ("--max-tokens", "0", "max tokens: expected N or LO-HI with 1 <= LO <= HI"),
+        ("--step-users", "0", "--step-users must be ≥ 1"),
+        ("--timeout", "-1", "--timeout must be > 0"),
+    ]:
+        refused = loadtest(
+            "--target", "http://127.0.0.1:9", "--route", "x", option, value, "--out", str(tmp_path)
+        )
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+
+
+def test_a_run_where_every_request_fails_exits_1(split: Launched, tmp_path: Path) -> None:
+    """A wrong route (or a dead target) is not a load test: CI must be able to tell."""
+    done = loadtest("--target", split.url, "--route", "nope", "--users", "1", "--duration", "1s",
+                    "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 1 and "every request failed (http_404 " in done.stderr, done.stderr[-2000:]
