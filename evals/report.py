@@ -34,6 +34,9 @@ class Row:
     tokens_per_s: float | None
     accelerator: str | None
     usd_per_m_tokens: float | None
+    # Its load figures come from a run it shared with other variants (a split route): its
+    # tokens/s is its traffic share, not its speed, so no cost or speed ratio is drawn from it.
+    shared_run: bool = False
 
 
 def _read(folder: Path, schema: str) -> dict[str, Any]:
@@ -67,11 +70,12 @@ def cost_per_million(accelerator: str | None, tokens_per_s: float | None) -> flo
 
 def join(variant: str, loads: Sequence[dict[str, Any]], evals: Sequence[dict[str, Any]], task: str) -> Row:
     """One variant's figures: the last load run and the last eval run that measured it."""
-    load_stats, accelerator = None, None
+    load_stats, accelerator, shared = None, None, False
     for run in loads:
         if variant in run["per_variant"]:
             load_stats = run["per_variant"][variant]
             accelerator = (run.get("variants", {}).get(variant) or {}).get("accelerator")
+            shared = len(run["per_variant"]) > 1
     accuracy, interval, agreement = None, None, None
     for run in evals:
         if run["model"] == variant or variant in run.get("variants", {}):
@@ -90,7 +94,7 @@ def join(variant: str, loads: Sequence[dict[str, Any]], evals: Sequence[dict[str
         itl_p50_ms=load_stats["itl_ms"]["p50"] if load_stats else None,
         req_per_s=load_stats["req_per_s"] if load_stats else None,
         tokens_per_s=tokens, accelerator=accelerator,
-        usd_per_m_tokens=cost_per_million(accelerator, tokens),
+        usd_per_m_tokens=None if shared else cost_per_million(accelerator, tokens), shared_run=shared,
     )  # fmt: skip
 
 
@@ -101,7 +105,7 @@ def verdict(row: Row, baseline: Row, budget_pt: float) -> str:
         delta = 100 * (row.accuracy - baseline.accuracy)
         parts.append(f"{delta:+.1f} pt accuracy".replace("-", "−"))
         ok = delta >= -budget_pt
-    if row.tokens_per_s and baseline.tokens_per_s:
+    if row.tokens_per_s and baseline.tokens_per_s and not (row.shared_run or baseline.shared_run):
         parts.append(f"{row.tokens_per_s / baseline.tokens_per_s:.2f}× tokens/s")
     if row.usd_per_m_tokens and baseline.usd_per_m_tokens:
         parts.append(f"{row.usd_per_m_tokens / baseline.usd_per_m_tokens:.2f}× cost")
@@ -113,6 +117,13 @@ def verdict(row: Row, baseline: Row, budget_pt: float) -> str:
     return f"{row.variant}: {', '.join(parts)}: {judged}"
 
 
+SHARED_NOTE = (
+    "\n† measured in one load run with other variants (a split route): its tokens/s and req/s are "
+    "its share of the traffic, not its speed; cost per million tokens and speed ratios need a "
+    "run of its own (`turnout loadtest --variant`)."
+)
+
+
 def _f(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -121,7 +132,8 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
     head = ["variant", "accuracy", "95% CI", "agreement", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
             "req/s", "tokens/s", "accelerator", "$/M tokens"]  # fmt: skip
     body = [
-        [r.variant, _f(r.accuracy and 100 * r.accuracy, ".1f") + ("%" if r.accuracy is not None else ""),
+        [r.variant + (" †" if r.shared_run else ""),
+         _f(r.accuracy and 100 * r.accuracy, ".1f") + ("%" if r.accuracy is not None else ""),
          f"{100 * r.accuracy_ci[0]:.1f}–{100 * r.accuracy_ci[1]:.1f}%" if r.accuracy_ci else "-",
          _f(r.agreement and 100 * r.agreement, ".1f") + ("%" if r.agreement is not None else ""),
          _f(r.ttft_p50_ms, ".1f"), _f(r.ttft_p99_ms, ".1f"), _f(r.itl_p50_ms, ".2f"),
@@ -137,6 +149,7 @@ def markdown(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: Se
     lines = [f"# Variant comparison (accuracy: {task})", "", "| " + " | ".join(table[0]) + " |",
              "|" + "---|" * len(table[0])]  # fmt: skip
     lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
+    lines += [SHARED_NOTE] if any(r.shared_run for r in rows) else []
     lines += ["", "## Verdicts", "", *[f"- {v}" for v in verdicts], "", "## Plots", ""]
     lines += [f"![{name}]({name})" for name in images]
     return "\n".join(lines) + "\n"
@@ -148,9 +161,10 @@ def html_page(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: S
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table[1:])
     items = "".join(f"<li>{html.escape(v)}</li>" for v in verdicts)
     pictures = "".join(f'<img src="{html.escape(name)}" alt="{html.escape(name)}">' for name in images)
+    note = f"<p>{html.escape(SHARED_NOTE.strip())}</p>" if any(r.shared_run for r in rows) else ""
     return (f"<!doctype html><meta charset='utf-8'><title>Turnout variant comparison</title>"
             f"<h1>Variant comparison (accuracy: {html.escape(task)})</h1><table border='1'><tr>{cells}</tr>"
-            f"{body}</table><h2>Verdicts</h2><ul>{items}</ul><h2>Plots</h2>{pictures}\n")  # fmt: skip
+            f"{body}</table>{note}<h2>Verdicts</h2><ul>{items}</ul><h2>Plots</h2>{pictures}\n")  # fmt: skip
 
 
 def _label(axis: Any, text: str, at: tuple[float, float], index: int) -> None:
@@ -219,8 +233,13 @@ def compare(
 ) -> str:
     """Write report.md, report.html and the plots into ``out``; returns the markdown."""
     loads, eval_runs = read_runs(load, evals)
+    if baseline is not None and baseline not in variants:
+        raise ValueError(f"--baseline {baseline!r} is not one of --variants ({', '.join(variants)})")
+    measured = sorted({name for run in eval_runs for name in run["tasks"]})
+    if eval_runs and task not in measured:
+        raise ValueError(f"--task {task!r}: the eval runs measured {', '.join(measured) or 'no task'}")
     rows = [join(v, loads, eval_runs, task) for v in variants]
-    base = next((r for r in rows if r.variant == (baseline or variants[0])), rows[0])
+    base = next(r for r in rows if r.variant == (baseline or variants[0]))
     verdicts = [verdict(r, base, budget_pt) for r in rows]
     out.mkdir(parents=True, exist_ok=True)
     images = plots(rows, out)

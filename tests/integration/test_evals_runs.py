@@ -65,13 +65,19 @@ def test_the_comparison_report_renders_every_section(eval_dirs: dict[str, Path],
              "itl_ms": {"p50": 1.0, "p90": 1.2, "p99": 2.0, "mean": 1.1}, "latency_ms": {"p50": 20.0},
              "request_tokens_per_s": {"p50": 300.0}}  # fmt: skip
     facts = {"kind": "embedded", "engine": "onnxruntime-genai", "vendor": "cpu", "accelerator": "cpu-x86"}
-    summary = {"schema": "turnout.loadtest/1", "route": "x", "per_variant": {
-        "turnout-tiny": block, "turnout-tiny-int4": {**block, "output_tokens_per_s": 800.0}},
-        "variants": {"turnout-tiny": facts, "turnout-tiny-int4": facts}}  # fmt: skip
-    (load / "summary.json").write_text(json.dumps(summary))
+    per_variant = {"turnout-tiny": block, "turnout-tiny-int4": {**block, "output_tokens_per_s": 800.0}}
+    loads = []
+    for name, figures in per_variant.items():  # one run per variant (turnout loadtest --variant)
+        folder = tmp_path / f"load-{name}"
+        folder.mkdir()
+        summary = {"schema": "turnout.loadtest/1", "route": "x", "per_variant": {name: figures},
+                   "variants": {name: facts}}  # fmt: skip
+        (folder / "summary.json").write_text(json.dumps(summary))
+        loads.append(str(folder))
+    evals = [str(eval_dirs["fp32"]), str(eval_dirs["int4"])]
     out = tmp_path / "report"
-    done = turnout("compare", "--variants", "turnout-tiny,turnout-tiny-int4", "--load", str(load),
-                   "--eval", str(eval_dirs["fp32"]), str(eval_dirs["int4"]), "--out", str(out))  # fmt: skip
+    variants = "turnout-tiny,turnout-tiny-int4"
+    done = turnout("compare", "--variants", variants, "--load", *loads, "--eval", *evals, "--out", str(out))
     assert done.returncode == 0, done.stderr
     report = (out / "report.md").read_text()
     sections = ("# Variant comparison", "## Verdicts", "## Plots", "| turnout-tiny-int4 |", "1.60× tokens/s")
@@ -81,6 +87,19 @@ def test_the_comparison_report_renders_every_section(eval_dirs: dict[str, Path],
     assert "<table" in (out / "report.html").read_text()
     for png in ("accuracy_vs_cost.png", "latency_vs_throughput.png"):
         assert (out / png).read_bytes().startswith(b"\x89PNG")
+    # Both variants in one split run: each one's tokens/s is its traffic share, so no cost and
+    # no speed ratio, and the table says why.
+    (load / "summary.json").write_text(json.dumps({"schema": "turnout.loadtest/1", "route": "x",
+        "per_variant": per_variant, "variants": dict.fromkeys(per_variant, facts)}))  # fmt: skip
+    shared = turnout("compare", "--variants", variants, "--load", str(load), "--eval", *evals,
+                     "--out", str(tmp_path / "shared"))  # fmt: skip
+    assert shared.returncode == 0, shared.stderr
+    assert "| turnout-tiny-int4 † |" in shared.stdout and "share of the traffic" in shared.stdout
+    assert "× tokens/s" not in shared.stdout and "× cost" not in shared.stdout
+    for wrong, said in (("--baseline", "is not one of --variants"), ("--task", "the eval runs measured")):
+        refused = turnout("compare", "--variants", variants, "--eval", *evals, "--out", str(tmp_path / "x"),
+                          wrong, "nope")  # fmt: skip
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
 
 
 def test_log_likelihood_tasks_score_text_and_choices(gateway_url: str, tmp_path: Path) -> None:

@@ -79,6 +79,16 @@ def test_join_prices_tokens_and_the_verdict_states_the_budget() -> None:
     assert verdict(empty, base, 1.0).endswith("no accuracy to judge")
 
 
+def test_a_variant_measured_in_a_shared_run_gets_no_cost_or_speed_ratio() -> None:
+    shared = {"per_variant": {**_load("a", 1000.0)["per_variant"], **_load("b", 3000.0)["per_variant"]},
+              "variants": {"a": {"accelerator": "h100-80gb"}, "b": {"accelerator": "h100-80gb"}}}  # fmt: skip
+    a, b = join("a", [shared], [], "addition"), join("b", [shared], [], "addition")
+    assert a.shared_run and a.tokens_per_s == 1000.0 and a.usd_per_m_tokens is None
+    assert verdict(b, a, 1.0) == "b: no figures: no accuracy to judge"
+    alone = join("a", [shared, _load("a", 1200.0)], [], "addition")  # a later run of its own wins
+    assert not alone.shared_run and alone.usd_per_m_tokens is not None
+
+
 def test_a_bos_the_server_echoes_is_recognised_and_nothing_else() -> None:
     assert echoed_extras(["<s>", "The", " cat"], "The cat") == 1  # vLLM's echo of a text prompt
     assert echoed_extras(["The", " cat"], "The cat") == 0  # Turnout's embedded engine
