@@ -1,4 +1,5 @@
-"""Is a local TCP port free? Asked before ``turnout backends up`` starts an engine server.
+"""Is a local TCP port free? Asked before ``turnout backends up`` starts an engine server and
+before ``turnout serve --ray`` starts Ray.
 
 Without it, a server started on a port another process holds answered the readiness probe
 through that other process (``/health`` 200 within 0.0 s) before failing on its own bind:
@@ -24,12 +25,10 @@ def taken(ports: Iterable[int], host: str = "127.0.0.1") -> list[int]:
     return busy
 
 
-def refuse_taken(ports: Iterable[int], what: str) -> str | None:
-    """Why ``what`` cannot start on ``ports`` (some are taken), or None when all are free."""
-    busy = taken(ports)
+def refuse_taken(ports: Iterable[int], what: str, host: str = "127.0.0.1") -> str | None:
+    """Why ``what`` cannot start on ``ports`` of ``host`` (some are taken), or None when all are free."""
+    busy = taken(ports, host)
     if not busy:
         return None
     listed = ", ".join(str(port) for port in busy)
-    return (
-        f"cannot start {what}: port {listed} on 127.0.0.1 is already in use (another server?); choose others"
-    )
+    return f"cannot start {what}: port {listed} on {host} is already in use (another server?); choose others"

@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             from serving import ray_cli
 
             return ray_cli.serve(args)
+        if args.replicas is not None:
+            print("turnout: --replicas needs --ray (one uvicorn process serves without it)", file=sys.stderr)
+            return 2
         return _serve(args)
     if args.command == "routes":
         return cli_routes.run(args)

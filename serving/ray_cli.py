@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from deploy.local_ports import refuse_taken
 from serving.errors import ConfigError
 
 INSTALL_HINT = "pip install 'turnout[ray]'"
@@ -34,7 +35,7 @@ def serve(args: argparse.Namespace) -> int:
     from serving.config import default_config, load_config
     from serving.ray_app import build_from_config
 
-    replicas = args.replicas or 1
+    replicas = 1 if args.replicas is None else args.replicas
     if replicas < 1:
         print("turnout: --replicas must be at least 1", file=sys.stderr)
         return 2
@@ -51,6 +52,10 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
+    busy = refuse_taken((port,), "the Ray Serve gateway", host=host)
+    if busy is not None:  # else Serve's proxy fails deep in Ray with a 40-line traceback
+        print(f"turnout: {busy}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(

@@ -52,3 +52,23 @@ def test_a_binary_config_is_named_not_a_traceback(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"{config}: not a text file" in done.stderr
+
+
+def test_replica_counts_and_a_taken_port_are_refused_before_anything_starts() -> None:
+    import socket
+
+    def serve(*options: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "serving.cli", "serve", *options]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    without_ray = serve("--replicas", "2", "--port", "0")
+    assert without_ray.returncode == 2 and "--replicas needs --ray" in without_ray.stderr
+    zero = serve("--ray", "--replicas", "0", "--port", "0")  # once silently 1
+    assert zero.returncode == 2 and "--replicas must be at least 1" in zero.stderr
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        taken = serve("--ray", "--port", port)  # once a 40-line traceback from inside Ray
+        assert taken.returncode == 1 and f"port {port} on 127.0.0.1 is already in use" in taken.stderr
+        assert "Traceback" not in taken.stderr
