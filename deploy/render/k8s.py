@@ -1,7 +1,8 @@
 """Kubernetes manifests: the engine server (Deployment + Service) and a KubeRay RayService.
 
 Off the request path (``turnout deploy render --target k8s`` writes ``k8s/deployment.yaml``,
-``k8s/service.yaml``, ``k8s/rayservice.yaml`` and, for TensorRT-LLM, ``k8s/configmap.yaml``).
+``k8s/service.yaml``, ``k8s/rayservice.yaml``, for TensorRT-LLM ``k8s/configmap.yaml`` and, for an
+autoscaled vLLM spec, ``k8s/scaledobject.yaml``).
 Every object carries the label and annotation ``turnout.dev/variant-id: <spec id>``; pod
 resources, devices, TPU selectors, volumes and probes follow ``deploy.render.k8s_pods``.
 
@@ -24,7 +25,8 @@ gateway replica, ``TURNOUT_STORE_URL`` from the ``url`` key of the Secret ``turn
 PostgreSQL URL every replica shares). For the embedded engine it adds an ``engine`` worker group
 whose pods each hold one engine replica; its size follows ``replicas`` and, with
 ``autoscaling``, ``min_replicas``/``max_replicas`` with KubeRay's in-tree autoscaler on. Other
-engines run as their own servers: apply the Deployment + Service too; the gateways reach the
+engines run as their own servers: apply the Deployment + Service too (with ``autoscaling``, a
+vLLM Deployment also gets a KEDA ScaledObject: ``deploy.render.k8s_autoscaling``); the gateways reach the
 engine through that Service. For the embedded engine the Deployment + Service is the other way
 to run the variant (plain ``turnout serve`` pods): apply one of the two.
 """
@@ -49,6 +51,7 @@ from deploy.render.common import (
     work_dir,
     yaml_documents,
 )
+from deploy.render.k8s_autoscaling import scaled_object
 from deploy.render.ray_serve import GATEWAY_REPLICAS, engine_in_ray, serve_config
 from deploy.render.trtllm import serve_options
 from deploy.render.vllm import SERVER_MODULE, environment, server_args
@@ -257,4 +260,7 @@ def render_k8s(spec: VariantSpec) -> dict[str, str | bytes]:
     }
     if spec.engine == "trtllm":
         files["k8s/configmap.yaml"] = header(spec) + yaml_documents([config_map(spec)])
+    scaling = scaled_object(spec)
+    if scaling is not None:
+        files["k8s/scaledobject.yaml"] = header(spec) + yaml_documents([scaling])
     return files

@@ -286,6 +286,9 @@ def test_kubernetes_objects_validate_against_the_client_models(name: str) -> Non
         if obj["kind"] in _KINDS:
             _k8s_round_trip(obj, _KINDS[obj["kind"]])
             continue
+        if obj["kind"] == "ScaledObject":
+            _check_scaled_object(obj, SPECS[name], objects)
+            continue
         assert obj["apiVersion"] == "ray.io/v1" and obj["kind"] == "RayService"
         _k8s_round_trip(obj["metadata"], "V1ObjectMeta")
         cluster = obj["spec"]["rayClusterConfig"]
@@ -294,6 +297,24 @@ def test_kubernetes_objects_validate_against_the_client_models(name: str) -> Non
             _k8s_round_trip(group["template"], "V1PodTemplateSpec")
             assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
             assert all(isinstance(v, str) for v in group["rayStartParams"].values())
+
+
+def _check_scaled_object(obj: dict[str, Any], spec: VariantSpec, objects: list[dict[str, Any]]) -> None:
+    """KEDA's CRD is not vendored here: its shape as KEDA 2.x documents it, tied to the spec."""
+    assert obj["apiVersion"] == "keda.sh/v1alpha1" and spec.autoscaling is not None
+    _k8s_round_trip(obj["metadata"], "V1ObjectMeta")
+    target = obj["spec"]["scaleTargetRef"]
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    bounds = (obj["spec"]["minReplicaCount"], obj["spec"]["maxReplicaCount"])
+    assert bounds == (spec.autoscaling.min_replicas, spec.autoscaling.max_replicas)
+    triggers = obj["spec"]["triggers"]
+    assert all(t["type"] == "prometheus" and set(t["metadata"]) >= {"serverAddress", "query", "threshold"}
+               for t in triggers)  # fmt: skip
+    assert all(isinstance(v, str) for t in triggers for v in t["metadata"].values())  # KEDA wants strings
+    assert float(triggers[0]["metadata"]["threshold"]) == spec.autoscaling.target_ongoing_requests
+    assert f'model_name="{spec.served_name}"' in triggers[0]["metadata"]["query"]
+    assert len(triggers) == (2 if spec.autoscaling.min_replicas == 0 else 1)  # a wake-up from zero
 
 
 def test_rayservice_validates_against_the_kuberay_crd_schema() -> None:
