@@ -124,7 +124,7 @@ class PricesError(ValueError):
 def load_prices(path: Path) -> dict[str, float]:
     """Read a prices YAML file (catalog name → USD per device-hour); errors name the file."""
     try:
-        data = strict_yaml.load(path.read_text())
+        data = strict_yaml.load(path.read_text(), str(path))
     except OSError as exc:
         raise PricesError(f"{path}: cannot read prices: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -277,7 +277,7 @@ def load_spec(path: Path) -> VariantSpec:
     except OSError as exc:
         raise SpecError(f"{path}: cannot read spec: {exc.strerror}") from None
     try:
-        data: Any = strict_yaml.load(text)
+        data: Any = strict_yaml.load(text, str(path))
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):

@@ -45,6 +45,15 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: MappingNode) -> dict[Any, An
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
-def load(text: str) -> Any:
-    """Parse one YAML document like ``yaml.safe_load``, refusing duplicate keys (``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)
+def load(text: str, source: str | None = None) -> Any:
+    """Parse one YAML document like ``yaml.safe_load``, refusing duplicate keys (``yaml.YAMLError``).
+
+    ``source`` (a file's path) is what error marks name instead of PyYAML's "<unicode string>".
+    """
+    loader = _UniqueKeyLoader(text)
+    if source is not None:
+        loader.name = source
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()

@@ -54,7 +54,7 @@ def load_spec_file(path: Path) -> RouteSpec:
     from deploy import strict_yaml
 
     try:
-        data = strict_yaml.load(path.read_text())
+        data = strict_yaml.load(path.read_text(), str(path))
     except OSError as exc:
         raise EditError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -202,10 +202,9 @@ def load_config(path: Path) -> GatewayConfig:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a text file (the byte at offset {exc.start} is not UTF-8)") from None
     try:
-        data = strict_yaml.load(text)
+        data = strict_yaml.load(text, str(path))
     except yaml.YAMLError as exc:
-        where = str(exc).replace('"<unicode string>"', f'"{path}"')  # PyYAML names no file for a str
-        raise ConfigError(f"{path}: not valid YAML: {where}") from None
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return parse_config(data, str(path), base_dir=path.resolve().parent)

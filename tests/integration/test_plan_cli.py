@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from serving.cli import main
 
@@ -50,6 +51,11 @@ def test_validate_ok_as_a_subprocess() -> None:
     assert done.stdout.strip().startswith("ok: llama3-70b-mi300x-tp2 (")
 
 
+def _with(extra: str) -> str:
+    """VALID with the keys of ``extra`` replaced (a key given twice is itself an error)."""
+    return yaml.safe_dump({**yaml.safe_load(VALID), **yaml.safe_load(extra)}, sort_keys=False)
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
@@ -67,8 +73,7 @@ def test_validate_ok_as_a_subprocess() -> None:
 )
 def test_validate_problems_exit_1(tmp_path: Path, extra: str, field: str) -> None:
     spec = tmp_path / "bad.yaml"
-    # Later keys win in YAML mappings loaded by PyYAML, so the extra lines override VALID's.
-    spec.write_text(VALID + extra)
+    spec.write_text(_with(extra))
     done = turnout("deploy", "validate", str(spec))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "would not deploy" in done.stdout
@@ -84,7 +89,7 @@ def test_validate_problems_exit_1(tmp_path: Path, extra: str, field: str) -> Non
 )
 def test_malformed_spec_exits_2_with_file_and_field(tmp_path: Path, extra: str, where: str) -> None:
     spec = tmp_path / "bad.yaml"
-    spec.write_text(VALID + extra)
+    spec.write_text(_with(extra))
     for command in (("deploy", "validate"), ("plan",)):
         done = turnout(*command, str(spec))
         assert done.returncode == 2

@@ -30,3 +30,10 @@ def test_a_key_given_twice_names_it_and_both_lines(text: str, key: str, line: in
     with pytest.raises(yaml.YAMLError) as caught:
         strict_yaml.load(text)
     assert f"found duplicate key {key} (first given on line {line})" in str(caught.value)
+
+
+def test_error_marks_name_the_source_file() -> None:
+    with pytest.raises(yaml.YAMLError) as caught:
+        strict_yaml.load("a: 1\na: 2\n", "/etc/turnout/gateway.yaml")
+    assert 'in "/etc/turnout/gateway.yaml", line 2' in str(caught.value)
+    assert "<unicode string>" not in str(caught.value)
