@@ -188,9 +188,8 @@ def parse_config(data: object, source: str = "<config>", base_dir: Path | None =
         for error in exc.errors():
             where = _field_path(error["loc"])
             message = str(error["msg"]).removeprefix("Value error, ")
-            lines.append(
-                f"  {where}: {message}" if where else f"  {message}"
-            )  # a whole-file check names its field
+            # A whole-config check (a route naming an unknown variant) names its field itself.
+            lines.append(f"  {where}: {message}" if where else f"  {message}")
         raise ConfigError("\n".join(lines)) from None
 
 
