@@ -18,6 +18,9 @@ def taken(ports: Iterable[int], host: str = "127.0.0.1") -> list[int]:
     busy = []
     for port in ports:
         with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+            # As servers bind: a port whose old connections linger in TIME_WAIT is free for them
+            # (without it a just-stopped server's port read as taken); a listener still refuses.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host, port))
             except OSError:

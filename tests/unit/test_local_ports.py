@@ -18,3 +18,18 @@ def test_a_listening_port_is_taken_and_a_closed_one_is_free() -> None:
         assert message.startswith("cannot start vLLM")
     assert taken([port]) == []
     assert refuse_taken([port], "vLLM") is None
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_server_is_free() -> None:
+    """The server side closed first, so its port holds a TIME_WAIT entry: a new server binds
+    it (with SO_REUSEADDR, as servers do), so the probe must not call it taken."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            accepted.close()  # the server closes first: TIME_WAIT on its port
+            client.recv(1)
+    assert taken([port]) == []
