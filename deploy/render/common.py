@@ -101,6 +101,11 @@ def variant_annotations(spec: VariantSpec) -> dict[str, str]:
     }
 
 
+def object_metadata(spec: VariantSpec, name: str, component: str) -> dict[str, Any]:
+    """A Kubernetes object's ``metadata``: its name, the spec's labels and annotations."""
+    return {"name": name, "labels": labels(spec, component), "annotations": variant_annotations(spec)}
+
+
 def header(spec: VariantSpec, comment: str = "#") -> str:
     """Comment lines naming the variant the file was rendered from."""
     return (

@@ -45,6 +45,7 @@ from deploy.render.common import (
     header,
     labels,
     model_source,
+    object_metadata,
     ray_image,
     to_yaml,
     variant_annotations,
@@ -60,10 +61,6 @@ from deploy.spec import VariantSpec
 TRTLLM_CONFIG_DIR = "/etc/turnout"
 STORE_SECRET = "turnout-store"  # key ``url``: the route store every gateway replica shares
 GATEWAY_POD_RESOURCES = {"cpu": "2", "memory": "4Gi"}
-
-
-def _metadata(spec: VariantSpec, name: str, component: str) -> dict[str, Any]:
-    return {"name": name, "labels": labels(spec, component), "annotations": variant_annotations(spec)}
 
 
 def _ports(spec: VariantSpec) -> list[dict[str, Any]]:
@@ -125,7 +122,7 @@ def deployment(spec: VariantSpec) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(spec, spec.name, "engine"),
+        "metadata": object_metadata(spec, spec.name, "engine"),
         "spec": {
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector},
@@ -147,7 +144,7 @@ def service(spec: VariantSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(spec, spec.name, "engine"),
+        "metadata": object_metadata(spec, spec.name, "engine"),
         "spec": {
             "type": "ClusterIP",
             "selector": {"app.kubernetes.io/name": spec.name, "turnout.dev/variant-id": spec.id},
@@ -160,7 +157,7 @@ def config_map(spec: VariantSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(spec, f"{spec.name}-trtllm", "engine"),
+        "metadata": object_metadata(spec, f"{spec.name}-trtllm", "engine"),
         "data": {"extra_llm_api_options.yaml": to_yaml(serve_options(spec))},
     }
 
@@ -246,7 +243,7 @@ def ray_service(spec: VariantSpec) -> dict[str, Any]:
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
-        "metadata": _metadata(spec, f"{spec.name}-ray", "ray"),
+        "metadata": object_metadata(spec, f"{spec.name}-ray", "ray"),
         "spec": {"serveConfigV2": to_yaml(serve_config(spec, container=True)), "rayClusterConfig": cluster},
     }
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deploy.render.common import labels, variant_annotations
+from deploy.render.common import object_metadata
 from deploy.spec import VariantSpec
 
 PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
@@ -53,11 +53,7 @@ def scaled_object(spec: VariantSpec) -> dict[str, Any] | None:
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
-        "metadata": {
-            "name": spec.name,
-            "labels": labels(spec, "engine"),
-            "annotations": variant_annotations(spec),
-        },
+        "metadata": object_metadata(spec, spec.name, "engine"),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
             "minReplicaCount": scaling.min_replicas,
