@@ -19,6 +19,17 @@ from serving.errors import TurnoutError
 log = logging.getLogger("turnout")
 
 
+_MAX_CLIENT_REQUEST_ID = 128  # characters of a client's x-request-id that are echoed
+
+
+def client_request_id(sent: str | None) -> str | None:
+    """The client's ``x-request-id`` when it is fit to echo in a header and an answer's id
+    (printable ASCII, at most 128 characters), else None."""
+    if sent and len(sent) <= _MAX_CLIENT_REQUEST_ID and sent.isascii() and sent.isprintable():
+        return sent
+    return None
+
+
 def error_response(exc: TurnoutError, headers: dict[str, str]) -> Response:
     """The OpenAI error body; ``headers`` (request id, variant) are sent with the error's own."""
     headers = {**headers, **exc.headers}
@@ -33,7 +44,7 @@ def _body(message: str, error_type: str, code: str | None) -> bytes:
 
 async def handle_turnout_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, TurnoutError)
-    rid = request.headers.get("x-request-id")
+    rid = client_request_id(request.headers.get("x-request-id"))
     return error_response(exc, {"x-request-id": rid} if rid else {})
 
 

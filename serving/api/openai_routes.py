@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from backends.base import Chunk, Completion, GenerateRequest, Usage
 from serving import sse
-from serving.api.errors import error_response
+from serving.api.errors import client_request_id, error_response
 from serving.api.state import AppState
 from serving.errors import (
     ClientClosedRequest,
@@ -141,15 +141,11 @@ class _RequestIds:
 
 
 _new_request_id = _RequestIds()
-_MAX_CLIENT_REQUEST_ID = 128  # characters of a client's x-request-id that are echoed
 
 
 def request_id(sent: str | None) -> str:
-    """The client's ``x-request-id`` when it is a sane one (printable ASCII, at most 128
-    characters: it is echoed in a header and in the answer's id), else a new one."""
-    if sent and len(sent) <= _MAX_CLIENT_REQUEST_ID and sent.isascii() and sent.isprintable():
-        return sent
-    return _new_request_id()
+    """The client's ``x-request-id`` when it is fit to echo (``client_request_id``), else a new one."""
+    return client_request_id(sent) or _new_request_id()
 
 
 def chat_body(
