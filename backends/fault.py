@@ -13,8 +13,8 @@ server's default script. A script is comma-separated directives::
     ok                 answer the fixed reply (``--reply``) in ``--chunks`` stream chunks
     echo               answer with the JSON body and headers it received, as the text
     latency=<ms>       sleep before answering
-    error=<status>     OpenAI error body with that status (429 adds Retry-After)
-    retry_after=<s>    the Retry-After value for error=429 (default 1)
+    error=<status>     OpenAI error body with that status (429 and 503 add Retry-After)
+    retry_after=<s>    the Retry-After value for error=429/503 (default 1)
     cut=<n>            streaming: send n chunks, then drop the connection without [DONE]
     stall=<ms>         streaming: send one chunk, then stall for ms, then go on
     slow_chunks=<ms>   streaming: delay between chunks

@@ -230,7 +230,7 @@ class FaultConnection(asyncio.Protocol):
 
     def _complete(self, req: _Request, payload: dict[str, Any], script: Script, chat: bool) -> bytes:
         if script.error:
-            extra = b"retry-after: %d\r\n" % script.retry_after if script.error == 429 else b""
+            extra = b"retry-after: %d\r\n" % script.retry_after if script.error in (429, 503) else b""
             body = _error_body(script.error, f"fault injected: status {script.error}")
             return _response(script.error, body, req.keep_alive, extra=extra)
         if script.corrupt:

@@ -5,8 +5,9 @@ It sits between ``serving.gateway`` and the engine on the request path: it turns
 variant's pooled keep-alive connections (``backends/upstream_pool.py``), and the answer back into a
 :class:`Completion` or a stream of :class:`Chunk` (parsed from the upstream SSE as it
 arrives, never buffered whole). Every failure leaves as a typed ``serving.errors``
-error: upstream 4xx → :class:`UpstreamClientError` (same status and body), 5xx or
-malformed → 502, unreachable → 503, timeout → 504, in both paths alike.
+error: upstream 4xx → :class:`UpstreamClientError` (same status and body) but 429 → an
+:class:`Overloaded` (fallbacks are tried); 503/504 kept, other 5xx or malformed → 502,
+unreachable → 503, timeout → 504, in both paths alike.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from serving.errors import (
     BackendTimeout,
     BackendUnavailable,
     ClientError,
+    Overloaded,
     TurnoutError,
 )
 
@@ -77,11 +79,38 @@ def _error_fields(body: bytes) -> tuple[str | None, str | None, str | None, str 
     )
 
 
+class UpstreamOverloaded(Overloaded):
+    """The upstream answered 429: it (or its provider's limit) is saturated, not the request wrong.
+
+    An :class:`Overloaded`, so the gateway tries the route's fallbacks and the breaker does not
+    count it as a failure (LiteLLM falls back on a provider's 429 alike); if every attempt
+    fails, the client gets the 429 with the upstream's ``Retry-After``, as given."""
+
+    default_code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, code: str | None, retry_after: str | None) -> None:
+        TurnoutError.__init__(
+            self,
+            message,
+            code=code,
+            headers={"retry-after": retry_after} if retry_after is not None else None,
+        )
+        self.retry_after = int(retry_after) if retry_after is not None and retry_after.isdigit() else 1
+
+
 def status_error(name: str, status: int, body: bytes, retry_after: str | None) -> TurnoutError:
-    """Map a non-2xx upstream answer to the typed error the gateway renders."""
+    """Map a non-2xx upstream answer to the typed error the gateway renders.
+
+    4xx keep their status and fields (the request is at fault) except 429, an overload; 503 and
+    504 stay 503 and 504 (as Triton's are mapped), any other 5xx is a 502. ``Retry-After``
+    travels with the 429 and the 503."""
     message, etype, param, code = _error_fields(body)
+    headers = {"retry-after": retry_after} if retry_after is not None else None
+    if status == 429:
+        return UpstreamOverloaded(
+            message or f"upstream {name} answered 429", code=code, retry_after=retry_after
+        )
     if 400 <= status < 500:
-        headers = {"retry-after": retry_after} if retry_after is not None else None
         return UpstreamClientError(
             status,
             message or f"upstream {name} answered {status}",
@@ -91,6 +120,10 @@ def status_error(name: str, status: int, body: bytes, retry_after: str | None) -
             headers=headers,
         )
     detail = f": {message}" if message else ""
+    if status == 503:
+        return BackendUnavailable(f"upstream {name} answered 503{detail}", headers=headers)
+    if status == 504:
+        return BackendTimeout(f"upstream {name} answered 504{detail}")
     return BackendError(f"upstream {name} answered {status}{detail}")
 
 

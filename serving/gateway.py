@@ -168,6 +168,7 @@ class Gateway:
         candidates = [decision.primary] * (1 + routed.route.spec.retries) + list(decision.fallbacks)
         last_error: TurnoutError | None = None
         skipped: list[str] = []
+        failed: list[str] = []
         for variant in candidates:
             breaker = self.breakers[variant]
             if not breaker.allow(self._clock()):
@@ -182,6 +183,7 @@ class Gateway:
                 self._breaker_record(variant, isinstance(exc, Overloaded))
                 self._sample(routed, variant, exc.status, started, None)
                 self.metrics.attempts_failed.labels(routed.route.name, variant, str(exc.status)).inc()
+                failed.append(f"{variant} {exc.status}")
                 last_error = exc
                 continue
             except TurnoutError as exc:  # the request is at fault, not the backend: no retry
@@ -199,6 +201,9 @@ class Gateway:
                 f"no variant of '{routed.route.name}' is available: circuit open for {', '.join(skipped)}",
                 code="circuit_open",
             )
+        elif len(failed) > 1 or skipped:  # the client sees the last error; say what came before it
+            circuit = f"; circuit open: {', '.join(skipped)}" if skipped else ""
+            last_error.message = f"{last_error.message} (attempts: {', '.join(failed)}{circuit})"
         self.metrics.series(routed.route.name, routed.served_by, endpoint).requests(last_error.status).inc()
         raise last_error
 

@@ -1,6 +1,6 @@
 """Retries, fallbacks and circuit breakers before the first byte; clean stream ends after it.
 
-Fault servers play the upstreams: one always failing with 503, one healthy, and ones
+Fault servers play the upstreams: ones always failing with 503 or 429, one healthy, and ones
 that cut, stall or corrupt a stream after its first chunk.
 """
 
@@ -22,7 +22,9 @@ from tests.integration.control_plane import chat, fault_variant, metric_value, r
 def servers() -> Iterator[dict[str, FaultServer]]:
     with (
         FaultServer(default="error=503") as flaky,
-        FaultServer(default="error=503") as flaky_retry,
+        FaultServer(default="error=503,retry_after=7") as flaky_retry,
+        FaultServer(default="error=429,retry_after=9") as busy,
+        FaultServer(default="error=503,retry_after=5") as unavailable,
         FaultServer(reply="good answer") as good,
         FaultServer() as plain,
         FaultServer(default="cut=2") as cut,
@@ -32,6 +34,8 @@ def servers() -> Iterator[dict[str, FaultServer]]:
         yield {
             "flaky": flaky,
             "flaky_retry": flaky_retry,
+            "busy": busy,
+            "unavailable": unavailable,
             "good": good,
             "plain": plain,
             "cut": cut,
@@ -51,6 +55,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultSe
     routes = {
         "fallback": route("flaky", fallbacks=["good"]),
         "retry": route("flaky_retry", retries=2),
+        "busy-fallback": route("busy", fallbacks=["good"]),
+        "busy-alone": route("busy"),
+        "everything-fails": route("busy", fallbacks=["unavailable", "flaky"]),
+        "flaky-alone": route("flaky"),
         "client-error": route("plain", fallbacks=["good"]),
         "cut": route("cut", fallbacks=["good"]),
         "stall": route("stall", fallbacks=["good"]),
@@ -99,17 +107,47 @@ def test_fallback_serves_and_the_breaker_skips_a_failing_variant(
     assert flaky.stats()["requests"] == 4
     assert chat(gateway.url, "fallback").status_code == 200
     assert flaky.stats()["requests"] == 4
-    assert metric_value(gateway.url, "turnout_attempts_failed_total", variant="flaky", status="502") == 4
+    assert metric_value(gateway.url, "turnout_attempts_failed_total", variant="flaky", status="503") == 4
     assert good.stats()["requests"] >= 10
 
 
 def test_retries_try_the_same_variant_again_then_give_its_error(
     gateway: Launched, servers: dict[str, FaultServer]
 ) -> None:
+    before = servers["flaky_retry"].stats()["requests"]
     reply = chat(gateway.url, "retry")
-    assert reply.status_code == 502  # the upstream's 5xx, as a bad gateway
-    assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
-    assert servers["flaky_retry"].stats()["requests"] == 3
+    assert reply.status_code == 503  # the upstream's 503 is kept, with its Retry-After
+    assert reply.headers["retry-after"] == "7"
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == "backend_unavailable"
+    assert "(attempts: flaky_retry 503, flaky_retry 503, flaky_retry 503)" in error["message"]
+    assert servers["flaky_retry"].stats()["requests"] == before + 3
+
+
+def test_an_upstream_429_falls_back_and_alone_reaches_the_client_with_its_retry_after(
+    gateway: Launched, servers: dict[str, FaultServer]
+) -> None:
+    busy, good = servers["busy"], servers["good"]
+    reply = chat(gateway.url, "busy-fallback")
+    assert reply.status_code == 200 and reply.headers["x-turnout-variant"] == "good"
+    alone = chat(gateway.url, "busy-alone")
+    assert alone.status_code == 429 and alone.headers["retry-after"] == "9"
+    assert alone.json()["error"]["type"] == "rate_limit_error"
+    for _ in range(4):  # an overloaded upstream is not a failing one: its circuit stays closed
+        chat(gateway.url, "busy-alone")
+    assert metric_value(gateway.url, "turnout_circuit_open", variant="busy") == 0
+    assert busy.stats()["requests"] == 6 and good.stats()["requests"] >= 1
+
+
+def test_when_every_attempt_fails_the_error_names_them_all(gateway: Launched) -> None:
+    for _ in range(3):  # flaky's circuit is open now (opened, or a half-open probe failed again)
+        chat(gateway.url, "flaky-alone")
+    assert metric_value(gateway.url, "turnout_circuit_open", variant="flaky") == 1
+    reply = chat(gateway.url, "everything-fails")  # well within flaky's 1 s cooldown
+    assert reply.status_code == 503 and reply.headers["retry-after"] == "5"  # the last attempt's
+    message = reply.json()["error"]["message"]
+    assert message.endswith("(attempts: busy 429, unavailable 503; circuit open: flaky)"), message
 
 
 def test_a_client_error_is_not_retried_or_failed_over(

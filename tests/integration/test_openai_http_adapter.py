@@ -20,9 +20,9 @@ import pytest
 
 from backends.base import Chunk, GenerateRequest, SamplingParams
 from backends.fault import DEFAULT_REPLY, FaultServer, split_reply
-from backends.openai_http import OpenAIHttpBackend, UpstreamClientError
+from backends.openai_http import OpenAIHttpBackend, UpstreamClientError, UpstreamOverloaded
 from backends.settings import OpenAIHttpSettings, TimeoutSettings
-from serving.errors import BackendError, BackendTimeout, BackendUnavailable, ClientError
+from serving.errors import BackendError, BackendTimeout, BackendUnavailable, ClientError, Overloaded
 
 LIMIT = 10.0  # seconds any single test step may take
 MESSAGES = [{"role": "user", "content": "Say something."}]
@@ -167,40 +167,71 @@ async def test_passthrough_of_fields_and_headers(fault_server: FaultServer) -> N
         assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
 
 
-@pytest.mark.parametrize("status", [400, 401, 404, 422, 429])
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_upstream_4xx_is_client_error(fault_server: FaultServer, status: int, streaming: bool) -> None:
     async with backend_for(fault_server.base_url) as backend:
-        fault = f"error={status},retry_after=3"
         with pytest.raises(ClientError) as info:
             if streaming:
-                await drain(backend, chat(fault))
+                await drain(backend, chat(f"error={status}"))
             else:
-                await asyncio.wait_for(backend.complete(chat(fault)), LIMIT)
+                await asyncio.wait_for(backend.complete(chat(f"error={status}")), LIMIT)
         err = info.value
         assert isinstance(err, UpstreamClientError)
         assert err.status == status
         body = err.body()["error"]
         assert body["message"] == f"fault injected: status {status}"
         assert body["code"] == str(status)
-        expected_type = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}.get(
-            status, "invalid_request_error"
-        )
+        types = {401: "authentication_error", 404: "not_found_error"}
+        expected_type = types.get(status, "invalid_request_error")
         assert body["type"] == expected_type
-        assert err.headers == ({"retry-after": "3"} if status == 429 else {})
+        assert err.headers == {}
 
 
-@pytest.mark.parametrize("status", [500, 503])
 @pytest.mark.parametrize("streaming", [False, True])
-async def test_upstream_5xx_is_backend_error(fault_server: FaultServer, status: int, streaming: bool) -> None:
+async def test_upstream_429_is_an_overload_with_its_retry_after(
+    fault_server: FaultServer, streaming: bool
+) -> None:
+    """Not the request's fault: an :class:`Overloaded`, so the gateway tries the fallbacks."""
+    async with backend_for(fault_server.base_url) as backend:
+        with pytest.raises(Overloaded) as info:
+            if streaming:
+                await drain(backend, chat("error=429,retry_after=3"))
+            else:
+                await asyncio.wait_for(backend.complete(chat("error=429,retry_after=3")), LIMIT)
+        err = info.value
+        assert isinstance(err, UpstreamOverloaded) and err.status == 429 and err.retry_after == 3
+        assert err.headers == {"retry-after": "3"}
+        assert err.body()["error"] == {
+            "message": "fault injected: status 429",
+            "type": "rate_limit_error",
+            "param": None,
+            "code": "429",
+        }
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "headers"),
+    [
+        (500, BackendError, {}),
+        (502, BackendError, {}),
+        (503, BackendUnavailable, {"retry-after": "4"}),
+        (504, BackendTimeout, {}),
+    ],
+)
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_upstream_5xx_is_a_backend_error_503_and_504_kept(
+    fault_server: FaultServer, status: int, kind: type[BackendError], headers: dict[str, str], streaming: bool
+) -> None:
     async with backend_for(fault_server.base_url) as backend:
         with pytest.raises(BackendError) as info:
             if streaming:
-                await drain(backend, chat(f"error={status}"))
+                await drain(backend, chat(f"error={status},retry_after=4"))
             else:
-                await asyncio.wait_for(backend.complete(chat(f"error={status}")), LIMIT)
-        assert type(info.value) is BackendError and info.value.status == 502
+                await asyncio.wait_for(backend.complete(chat(f"error={status},retry_after=4")), LIMIT)
+        assert type(info.value) is kind and info.value.status == (status if status != 500 else 502)
         assert str(status) in info.value.message
+        assert info.value.headers == headers
 
 
 def _closed_port() -> int:
@@ -352,9 +383,9 @@ async def test_sse_parser_handles_crlf_comments_multiline_data_and_split_reads(p
 async def test_fault_server_as_a_process_with_a_default_script_and_the_header() -> None:
     with FaultServer(process=True, default="error=503") as server:
         async with backend_for(server.base_url) as backend:
-            with pytest.raises(BackendError) as info:
+            with pytest.raises(BackendUnavailable) as info:
                 await asyncio.wait_for(backend.complete(chat()), LIMIT)
-            assert type(info.value) is BackendError and "503" in info.value.message
+            assert "503" in info.value.message
             assert (await asyncio.wait_for(backend.complete(chat("ok")), LIMIT)).text == DEFAULT_REPLY
         async with httpx.AsyncClient(base_url=server.url, timeout=LIMIT) as client:
             reply = await client.post(
