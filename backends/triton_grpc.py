@@ -83,6 +83,30 @@ def guess_datatype(name: str, value: Any) -> str:
     return "FP32"
 
 
+# gRPC's reconnect backoff defaults (1 s, x1.6, up to 120 s) suit a far server; after a Triton
+# restart they left calls failing fast with UNAVAILABLE for seconds after it was back, enough to
+# open the variant's breaker. A server beside the gateway is retried every 0.1-1 s instead.
+RECONNECT_BACKOFF_MS = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1000,
+}
+
+
+def channel_options(aio: Any) -> list[tuple[str, Any]]:
+    """tritonclient's own channel options (message sizes, keepalive) plus the reconnect backoff."""
+    keepalive = aio.KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", aio.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", aio.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        *RECONNECT_BACKOFF_MS.items(),
+    ]
+
+
 class TritonGrpc:
     """One Triton server's gRPC endpoint."""
 
@@ -99,7 +123,9 @@ class TritonGrpc:
 
     async def start(self) -> None:
         if self._client is None:
-            self._client = self._aio.InferenceServerClient(url=self.settings.grpc_url)
+            self._client = self._aio.InferenceServerClient(
+                url=self.settings.grpc_url, channel_args=channel_options(self._aio)
+            )
 
     async def close(self) -> None:
         client, self._client = self._client, None
