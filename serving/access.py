@@ -44,7 +44,10 @@ class Access:
         presented = parse_bearer(authorization) or api_key_header or None
         principal = self.keyring.lookup(presented) if presented else None
         principal = authorize_client(
-            principal, anonymous_allowed=self._settings.anonymous_clients, presented=presented is not None
+            principal,
+            anonymous_allowed=self._settings.anonymous_clients,
+            presented=presented is not None,
+            authorization=authorization,
         )
         if principal.rpm is None and principal.tpm is None:
             return principal

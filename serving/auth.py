@@ -140,12 +140,25 @@ def authorize_admin(principal: Principal | None, needed: Role, *, presented: boo
     return principal
 
 
-def authorize_client(principal: Principal | None, *, anonymous_allowed: bool, presented: bool) -> Principal:
-    """The caller on the client API: its key's principal, else anonymous when allowed, else 401."""
+def authorize_client(
+    principal: Principal | None, *, anonymous_allowed: bool, presented: bool, authorization: str | None = None
+) -> Principal:
+    """The caller on the client API: its key's principal, else anonymous when allowed, else 401.
+
+    ``authorization`` is the raw header, so a key sent with another scheme (``Basic …``) is told
+    which one to use rather than that there was none."""
     if principal is not None:
         return principal
     if anonymous_allowed:
         return ANONYMOUS
     if presented:
         raise Unauthorized("Incorrect API key provided", code="invalid_api_key")
-    raise Unauthorized("You didn't provide an API key", code="invalid_api_key")
+    how = "send it as 'Authorization: Bearer <key>' (or in an 'api-key' header)"
+    scheme = authorization.strip().partition(" ")[0] if authorization and authorization.strip() else None
+    if scheme and scheme.lower() != "bearer":
+        raise Unauthorized(
+            f"You didn't provide an API key: the Authorization header's scheme is '{scheme[:20]}', "
+            f"not Bearer; {how}",
+            code="invalid_api_key",
+        )
+    raise Unauthorized(f"You didn't provide an API key; {how}", code="invalid_api_key")

@@ -121,5 +121,10 @@ def test_client_api() -> None:
     with pytest.raises(Unauthorized, match="Incorrect API key") as wrong:
         authorize_client(None, anonymous_allowed=False, presented=True)
     assert wrong.value.code == "invalid_api_key" and wrong.value.status == 401
-    with pytest.raises(Unauthorized, match="didn't provide"):
+    with pytest.raises(Unauthorized, match="didn't provide an API key; send it as 'Authorization: Bearer"):
         authorize_client(None, anonymous_allowed=False, presented=False)
+    with pytest.raises(Unauthorized, match="scheme is 'Basic', not Bearer") as basic:
+        authorize_client(None, anonymous_allowed=False, presented=False, authorization="Basic dTpw")
+    assert basic.value.code == "invalid_api_key" and basic.value.status == 401
+    with pytest.raises(Unauthorized, match="didn't provide an API key; send"):  # "Bearer" and nothing else
+        authorize_client(None, anonymous_allowed=False, presented=False, authorization="Bearer ")
