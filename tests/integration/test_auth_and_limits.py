@@ -19,6 +19,7 @@ from backends.fault import FaultServer
 from serving.launcher import Launched
 from serving.store import RouteStore
 from tests.integration.control_plane import (
+    ADMIN_TOKEN,
     admin,
     chat,
     eventually,
@@ -124,3 +125,21 @@ def test_a_client_key_cannot_use_the_admin_api(setup: tuple[Launched, Path]) -> 
     assert httpx.get(url, headers=admin(key)).status_code == 403
     wrong = httpx.get(url, headers=admin("tadm-nope"))
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_admin_token"
+
+
+def test_admin_tokens_also_call_the_client_api_and_basic_auth_is_told_to_use_bearer(
+    setup: tuple[Launched, Path],
+) -> None:
+    """As LiteLLM's master key does (README, Keys and limits)."""
+    gateway, config = setup
+    viewer = _create(config, "dashboards", "--role", "viewer")
+    eventually(lambda: _with_key(gateway.url, viewer).status_code == 200, timeout=2)
+    assert _with_key(gateway.url, ADMIN_TOKEN).status_code == 200  # the environment's admin token
+    basic = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": "Basic dXNlcjpwYXNz"},
+        timeout=30,
+    )
+    assert basic.status_code == 401
+    assert "scheme is 'Basic', not Bearer" in basic.json()["error"]["message"]
