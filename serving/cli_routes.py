@@ -153,7 +153,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help=evals + "canary accuracy at most this many points below stable's",
     )
     canary.add_argument("--eval-chat", action="store_true", help=evals + "ask through chat, not completions")
-    rollback = command("rollback", "make a new version equal to an older one (default: the previous)")
+    rollback = command(
+        "rollback",
+        "make a new version equal to an older one (default: the previous, unless the current "
+        "version is itself a rollback)",
+    )
     rollback.add_argument("--to", type=int, help="the version to return to")
     command("history", "every version of a route, oldest first")
     diff = command("diff", "unified diff of two versions' specs")
@@ -256,8 +260,12 @@ def _canary(client: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _rollback(client: AdminClient, args: argparse.Namespace) -> int:
+    # If-Match on the version read, as every edit: a change landing in between is a 409, not
+    # silently the thing rolled back.
+    _, version = _current(client, args.name)
     body = {"to_version": args.to, "reason": args.reason}
-    return _report(client.call("POST", f"/admin/routes/{args.name}/rollback", body=body), args)
+    path = f"/admin/routes/{args.name}/rollback"
+    return _report(client.call("POST", path, body=body, version=version), args)
 
 
 def _history(client: AdminClient, args: argparse.Namespace) -> int:

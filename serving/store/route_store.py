@@ -28,6 +28,9 @@ from serving.store.marker_probe import MarkerProbe
 from serving.store.records import ApiKeyRecord, AuditEntry, RouteVersion
 from serving.store.tables import metadata
 
+# Versions that are themselves a return to an earlier one (by an operator, or the canary judge).
+ROLLBACK_ACTIONS = frozenset({"rollback", "canary-rollback"})
+
 # A write with no If-Match that loses a race to another writer (PostgreSQL: both read version N and both
 # insert N+1) re-reads and tries again, after a short random pause, up to this many times in all.
 _UNCONDITIONAL_ATTEMPTS = 20
@@ -125,11 +128,23 @@ class RouteStore:
         author: str,
         reason: str | None = None,
     ) -> RouteVersion:
-        """Add a new version equal to an older one (default: the one before the current)."""
+        """Add a new version equal to an older one (default: the one before the current).
+
+        With no ``to_version``, a current version that is itself a rollback is refused (409): its
+        "previous" is the version it rolled away from, so two rollbacks at once (two operators, or
+        an operator after the canary judge) would undo each other and bring that version back."""
 
         def older(conn: Connection, latest: RouteVersion | None) -> tuple[RouteSpec, str]:
             if latest is None:
                 raise versions.no_route(route)
+            if to_version is None and latest.action in ROLLBACK_ACTIONS:
+                raise Conflict(
+                    f"route '{route}' is at version {latest.version}, itself a rollback "
+                    f"({latest.reason}, by {latest.author}): rolling back again would return to "
+                    f"version {latest.version - 1}; name the version to return to (to_version, "
+                    f"or `turnout routes rollback {route} --to N`)",
+                    code="already_rolled_back",
+                )
             if to_version is None and latest.version == 1:
                 raise ClientError(
                     f"route '{route}' is at version 1: there is no earlier version to roll back to",

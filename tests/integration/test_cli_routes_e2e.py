@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import PIPE
 
 import httpx
 import pytest
@@ -37,13 +38,19 @@ def gateway(tmp_path: Path) -> Iterator[Launched]:
             yield launched
 
 
-def routes(
+def _command(
     gateway: Launched, *args: str, token: str | None = ADMIN_TOKEN
-) -> subprocess.CompletedProcess[str]:
+) -> tuple[list[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("TURNOUT_URL", "TURNOUT_ADMIN_TOKEN")}
     if token:
         env["TURNOUT_ADMIN_TOKEN"] = token
-    cmd = [sys.executable, "-m", "serving.cli", "routes", "--url", gateway.url, *args]
+    return [sys.executable, "-m", "serving.cli", "routes", "--url", gateway.url, *args], env
+
+
+def routes(
+    gateway: Launched, *args: str, token: str | None = ADMIN_TOKEN
+) -> subprocess.CompletedProcess[str]:
+    cmd, env = _command(gateway, *args, token=token)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, check=False)
 
 
@@ -92,6 +99,25 @@ def test_operator_walkthrough(gateway: Launched) -> None:
         {"variant": "a", "weight": 1.0}
     ]
     assert chat(gateway.url, key="user-1").headers["x-turnout-variant"] == "a"
+
+
+def test_two_rollbacks_at_once_do_not_undo_each_other(gateway: Launched, tmp_path: Path) -> None:
+    """Two operators roll back the same bad version together: one wins, the other is refused."""
+    spec_file = tmp_path / "spec.yaml"
+    for variant in ("a", "c"):  # v1 good (a), v2 bad (c)
+        spec_file.write_text(f"targets: [{{variant: {variant}}}]\n")
+        assert routes(gateway, "set", "twice", "--file", str(spec_file)).returncode == 0
+    cmd, env = _command(gateway, "rollback", "twice")
+    both = [subprocess.Popen(cmd, env=env, stdout=PIPE, stderr=PIPE, text=True) for _ in range(2)]
+    outcomes = sorted((p.wait(timeout=60), p.communicate()[1]) for p in both)
+    assert [code for code, _ in outcomes] == [0, 1], outcomes
+    assert "409" in outcomes[1][1], outcomes  # a stale If-Match, or "already a rollback"
+    history = httpx.get(f"{gateway.url}/admin/routes/twice/history", headers=admin()).json()["versions"]
+    assert [v["action"] for v in history] == ["set", "set", "rollback"]
+    assert chat(gateway.url, "twice").headers["x-turnout-variant"] == "a"
+    again = routes(gateway, "rollback", "twice")  # after the fact too: a rollback is not undone
+    assert again.returncode == 1 and "itself a rollback" in again.stderr and "--to N" in again.stderr
+    assert routes(gateway, "rollback", "twice", "--to", "2").returncode == 0  # asked for by name
 
 
 def test_set_from_a_file_creates_and_replaces_routes(gateway: Launched, tmp_path: Path) -> None:

@@ -274,6 +274,12 @@ def test_rollback(store: RouteStore) -> None:
         store.rollback("absent", to_version=None, expected_version=None, author="bo")
     assert no_route.value.code == "route_not_found"
 
+    with pytest.raises(Conflict) as again:  # v5 is a rollback: "the previous" would bring v4 back
+        store.rollback("chat", to_version=None, expected_version=None, author="cy")
+    assert (again.value.status, again.value.code) == (409, "already_rolled_back")
+    assert "version 5, itself a rollback (bad canary, by bo)" in again.value.message
+    assert "--to N" in again.value.message and store.get("chat").version == 5
+
     store.seed({"fresh": AB})
     with pytest.raises(ClientError) as first_only:
         store.rollback("fresh", to_version=None, expected_version=1, author="bo")
