@@ -3,18 +3,23 @@
 Sits between the API layer and ``serving.gateway``: the gateway passes the route's
 spec, the request's stickiness key and a random draw; nothing here does I/O, reads the
 clock or draws randomness itself, so every rule is unit-tested as values in, values out.
-Assignment is ``sha256(route, key) → [0, 1)`` so the same key always lands on the same
-variant and moving weight moves only the keys it must.
+A request with a stickiness key is placed by weighted rendezvous hashing: each target scores
+``-ln(u) / weight`` with ``u = sha256(route, key, variant) → (0, 1)`` and the lowest wins, so the
+same key always lands on the same variant whatever order the targets are listed in, each
+target gets its weight's share, and changing one target's weight (adding or removing one
+included) moves only keys to or from that target. A request without a key takes the
+cumulative-weight interval that holds its random draw.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 from serving.routing.spec import RouteSpec, WeightedTarget
 
-__all__ = ["Decision", "RouteSpec", "WeightedTarget", "decide", "pick_weighted", "sticky_unit"]
+__all__ = ["Decision", "RouteSpec", "WeightedTarget", "decide", "pick_sticky", "pick_weighted"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +29,20 @@ class Decision:
     shadows: tuple[str, ...] = ()
 
 
-def sticky_unit(route: str, key: str) -> float:
-    """Map (route, key) to a stable point in [0, 1)."""
-    digest = hashlib.sha256(f"{route}\x00{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
+def pick_sticky(route: str, key: str, targets: list[WeightedTarget]) -> str:
+    """The target that ``key`` always gets on ``route`` (weighted rendezvous hashing)."""
+    keyed = hashlib.sha256(f"{route}\x00{key}\x00".encode())
+    best, best_score = "", math.inf
+    for target in targets:
+        if target.weight <= 0:
+            continue
+        digest = keyed.copy()
+        digest.update(target.variant.encode())
+        unit = (int.from_bytes(digest.digest()[:8], "big") | 1) / 2.0**64  # in (0, 1): ln never sees 0
+        score = -math.log(unit) / target.weight
+        if score < best_score:
+            best, best_score = target.variant, score
+    return best
 
 
 def pick_weighted(targets: list[WeightedTarget], point: float) -> str:
@@ -54,8 +69,7 @@ def decide(
     if len(primaries) == 1:
         primary = primaries[0].variant
     else:
-        point = sticky_unit(route, key) if key else random_point
-        primary = pick_weighted(primaries, point)
+        primary = pick_sticky(route, key, primaries) if key else pick_weighted(primaries, random_point)
     fallbacks = tuple(v for v in spec.fallbacks if v != primary)
     if not spec.shadows:
         return Decision(primary, fallbacks)

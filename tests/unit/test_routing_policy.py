@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from serving.routing.policy import RouteSpec, WeightedTarget, decide, pick_weighted, sticky_unit
+from serving.routing.policy import RouteSpec, WeightedTarget, decide, pick_sticky, pick_weighted
 
 
 def split(a: float, b: float) -> RouteSpec:
@@ -18,11 +18,13 @@ def test_single_target_ignores_key_and_randomness() -> None:
     assert decide("r", spec, "user-1", 0.0).primary == "only"
 
 
-def test_sticky_unit_is_stable_and_in_range() -> None:
-    values = [sticky_unit("route", f"k{i}") for i in range(1000)]
-    assert all(0.0 <= v < 1.0 for v in values)
-    assert sticky_unit("route", "k1") == sticky_unit("route", "k1")
-    assert sticky_unit("route", "k1") != sticky_unit("other-route", "k1")
+def test_sticky_pick_is_stable_per_route_and_skips_zero_weights() -> None:
+    targets = split(50, 50).targets
+    here = [pick_sticky("route", f"k{i}", targets) for i in range(1000)]
+    assert here == [pick_sticky("route", f"k{i}", targets) for i in range(1000)]
+    assert here != [pick_sticky("other-route", f"k{i}", targets) for i in range(1000)]  # routes differ
+    muted = [WeightedTarget(variant="a", weight=0), WeightedTarget(variant="b", weight=1)]
+    assert {pick_sticky("route", f"k{i}", muted) for i in range(1000)} == {"b"}
 
 
 def test_seventy_thirty_split_over_ten_thousand_keys() -> None:
@@ -45,6 +47,37 @@ def test_moving_weight_moves_only_the_keys_it_must() -> None:
     moved = [k for k in before if before[k] != after[k]]
     assert all(before[k] == "a" and after[k] == "b" for k in moved)
     assert abs(len(moved) / 10_000 - 0.10) <= 0.02
+
+
+def three(a: float, b: float, c: float, order: str = "abc") -> RouteSpec:
+    weights = {"a": a, "b": b, "c": c}
+    return RouteSpec(targets=[WeightedTarget(variant=v, weight=weights[v]) for v in order])
+
+
+KEYS = [f"u{i}" for i in range(10_000)]
+
+
+def _assign(spec: RouteSpec) -> dict[str, str]:
+    return {k: decide("chat", spec, k, 0.0).primary for k in KEYS}
+
+
+def test_the_order_targets_are_listed_in_moves_no_key() -> None:
+    assert _assign(split(30, 70)) == _assign(
+        RouteSpec(targets=[WeightedTarget(variant="b", weight=70), WeightedTarget(variant="a", weight=30)])
+    )
+    assert _assign(three(30, 40, 30)) == _assign(three(30, 40, 30, order="cab"))
+
+
+def test_three_way_shares_and_one_weight_change_moves_only_that_targets_keys() -> None:
+    before = _assign(three(30, 40, 30))
+    for variant, share in (("a", 0.30), ("b", 0.40), ("c", 0.30)):
+        assert abs(list(before.values()).count(variant) / len(KEYS) - share) <= 0.02
+    after = _assign(three(30, 40, 60))  # c: 30% → 46%
+    moved = [k for k in KEYS if before[k] != after[k]]
+    assert all(after[k] == "c" for k in moved)  # keys only went to c, from a and b alike
+    assert abs(len(moved) / len(KEYS) - (60 / 130 - 0.30)) <= 0.02
+    added = _assign(RouteSpec(targets=[*three(30, 40, 30).targets, WeightedTarget(variant="d", weight=10)]))
+    assert all(added[k] == "d" for k in KEYS if before[k] != added[k])  # a new target only takes keys
 
 
 def test_no_key_uses_the_random_draw() -> None:
