@@ -2,7 +2,9 @@
 
 A background task of the app: every ``tick_s`` it reads this process's samples for the
 stable and canary variants since the current step began (the step begins when its route
-version was written), asks the pure judge (``serving.routing.canary``) for a verdict, and
+version was written, or when this process started judging if that is later: samples live in
+memory, so after a restart a step's time and requests count from the restart, never the
+downtime), asks the pure judge (``serving.routing.canary``) for a verdict, and
 on promote / roll back writes the next route version with the judge's reason through the
 store (``If-Match`` on the version judged, so two gateway processes never both act).
 The last verdict per route is kept for the admin API. A plan with an ``eval_gate`` also gets
@@ -45,10 +47,12 @@ class CanaryController:
         self._tick = tick_s
         self._wall = wall_clock
         self._task: asyncio.Task[None] | None = None
+        self._observing_since = wall_clock()  # reset by start(): no samples exist before it
         self.evals = CanaryEvals(gateway.backends, metrics)
         self.last: dict[str, dict[str, Any]] = {}
 
     def start(self) -> None:
+        self._observing_since = self._wall()
         self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
@@ -75,11 +79,12 @@ class CanaryController:
                 continue
             now = self._wall()
             log_ = self._gateway.observations
-            canary = summarize(log_.since(name, plan.canary, active.created_at))
-            stable = summarize(log_.since(name, plan.stable, active.created_at))
+            step_began = max(active.created_at, self._observing_since)
+            canary = summarize(log_.since(name, plan.canary, step_began))
+            stable = summarize(log_.since(name, plan.stable, step_began))
             evaluated = self.evals.result(name, plan)
             scores = evaluated if isinstance(evaluated, EvalScores) else None
-            verdict = judge(plan, now - active.created_at, canary, stable, scores)
+            verdict = judge(plan, now - step_began, canary, stable, scores)
             if isinstance(evaluated, str) and verdict.action == "hold":
                 verdict = Verdict("hold", f"{verdict.reason}; {evaluated}")
             self.last[name] = {

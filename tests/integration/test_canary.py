@@ -6,6 +6,7 @@ and writes each promotion or rollback as a new route version with the judge's re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -125,3 +126,24 @@ def test_a_healthy_canary_is_promoted_step_by_step_to_all_traffic(gateway: Launc
     assert final["targets"] == [{"variant": "good", "weight": 1.0}] and final["canary"] is None
     assert final["fallbacks"] == ["stable"]
     assert chat(gateway.url).headers["x-turnout-variant"] == "good"
+
+
+def test_after_a_restart_a_step_counts_time_from_the_restart_not_the_downtime(
+    tmp_path: Path, servers: dict[str, FaultServer]
+) -> None:
+    """Samples live in memory: a step must not pass on the downtime plus a few new requests."""
+    variants = {name: fault_variant(server) for name, server in servers.items()}
+    routes = {"chat": {"targets": [{"variant": "stable"}], "fallbacks": ["stable"]}}
+    config = write_config(tmp_path / "gateway.yaml", variants, routes, canary={"tick_s": 0.2})
+    gates = [{"metric": "error_rate", "max": 0.05}]
+    with running_gateway(config) as first:
+        _start_canary(first.url, "good", gates, steps=[50, 100], min_requests=5, min_duration_s=4)
+        _drive(first.url, 40, lambda: False)
+    time.sleep(4.5)  # down for longer than the step's minimum time
+    with running_gateway(config) as second:
+        back_at = time.time()
+        _drive(second.url, 2000, lambda: _current(second.url)["action"] == "canary-promote")
+        promoted = _current(second.url)
+    assert promoted["action"] == "canary-promote", promoted
+    assert promoted["created_at"] - back_at >= 3.0, promoted["reason"]  # ~4 s after it started judging
+    assert "held:" in promoted["reason"] and " over 4 s" in promoted["reason"]
