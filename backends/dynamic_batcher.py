@@ -26,6 +26,7 @@ log = logging.getLogger("turnout.batcher")
 
 class BatchJob(Protocol):
     enqueued_at: float
+    queued: bool  # counted in the queue's depth (set and cleared by the batcher, under its lock)
 
     @property
     def batch_key(self) -> Hashable | None:
@@ -89,8 +90,18 @@ class DynamicBatcher(Generic[J]):
                     retry_after=batches_ahead * self._batch_seconds,
                 )
             self._depth += 1
+            job.queued = True
         job.enqueued_at = self._clock()
         self._incoming.put(job)
+
+    def withdraw(self, job: J) -> None:
+        """The job's client left: free its place in the queue now, not when the worker reaches it
+        (a long batch ahead would keep abandoned jobs filling the queue, refusing live ones).
+        A job already taken into a batch is left to the batch, which sees it cancelled."""
+        with self._depth_lock:
+            if job.queued:
+                job.queued = False
+                self._depth -= 1
 
     # ---- worker thread -------------------------------------------------------------
 
@@ -130,7 +141,7 @@ class DynamicBatcher(Generic[J]):
                 break
             job: J = candidate  # type: ignore[assignment]
             if job.cancelled:
-                self._release(1)
+                self._dequeue([job])
             elif job.batch_key == key:
                 batch.append(job)
             else:
@@ -138,9 +149,13 @@ class DynamicBatcher(Generic[J]):
         self._deferred.extendleft(reversed(skipped))
         return batch, stopping
 
-    def _release(self, count: int) -> None:
+    def _dequeue(self, jobs: list[J]) -> None:
+        """Jobs leave the queue (into a batch, or dropped): those not withdrawn already count down."""
         with self._depth_lock:
-            self._depth -= count
+            for job in jobs:
+                if job.queued:
+                    job.queued = False
+                    self._depth -= 1
 
     def _work(self) -> None:
         while True:
@@ -149,10 +164,10 @@ class DynamicBatcher(Generic[J]):
                 return
             first: J = item  # type: ignore[assignment]
             if first.cancelled:
-                self._release(1)
+                self._dequeue([first])
                 continue
             batch, stopping = self._gather(first)
-            self._release(len(batch))
+            self._dequeue(batch)
             started = self._clock()
             try:
                 self._run_batch(batch)

@@ -222,6 +222,7 @@ class EmbeddedBackend:
                 return
         finally:
             seq.cancel_requested = True
+            batcher.withdraw(seq)  # if still queued (the client left before its batch began)
 
     async def complete(self, request: GenerateRequest) -> Completion:
         parts: list[str] = []

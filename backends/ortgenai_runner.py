@@ -45,6 +45,7 @@ class Sequence:
     scanner: StopScanner = field(init=False)
     outbox: list[Event] = field(default_factory=list)
     enqueued_at: float = 0.0
+    queued: bool = False  # in the batcher's queue depth (backends.dynamic_batcher)
     generated: int = 0
     finished: bool = False
     cancel_requested: bool = False

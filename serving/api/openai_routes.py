@@ -43,7 +43,8 @@ log = logging.getLogger("turnout")
 Wire = TypeVar("Wire", bound=SamplingFields)
 Result = TypeVar("Result")
 _FANOUT = 16  # prompts of one /v1/completions batch in flight at once
-# A non-streamed request to an upstream is watched for its client leaving from this age on.
+# A request to an upstream (non-streamed, or a stream before its first chunk) is watched for its
+# client leaving from this age on.
 _WATCH_UPSTREAM_AFTER_S = 0.5
 
 
@@ -336,8 +337,11 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
         routed = state.gateway.choose(route, headers_in.get("x-turnout-key"), wire.user)
         headers["x-turnout-route-version"] = str(routed.route.version)
         created = int(time.time())
-        if wire.stream:
-            chunks = await state.gateway.stream(routed, generates[0], endpoint)
+        backend = state.gateway.backends[routed.decision.primary]
+        watch_after = 0.0 if backend.info.cancel_on_disconnect else _WATCH_UPSTREAM_AFTER_S
+        if wire.stream:  # a client leaving before the first token is watched for too
+            start = state.gateway.stream(routed, generates[0], endpoint)
+            chunks = await _unless_disconnected(receive, start, watch_after)
             headers["x-turnout-variant"] = routed.served_by
             head = {
                 "id": f"{'chatcmpl' if chat else 'cmpl'}-{rid}",
@@ -349,8 +353,6 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
             events = _sse_events(chunks, head, chat, wire.include_usage(), charge)
             return sse.SSEAnswer(events, headers)
         work = _complete_all(state, routed, generates, endpoint)
-        backend = state.gateway.backends[routed.decision.primary]
-        watch_after = 0.0 if backend.info.cancel_on_disconnect else _WATCH_UPSTREAM_AFTER_S
         results = await _unless_disconnected(receive, work, watch_after)
         headers["x-turnout-variant"] = routed.served_by
         if principal.tpm is not None:

@@ -55,6 +55,26 @@ def test_a_client_leaving_a_slow_upstream_answer_drops_the_upstream_request(
     eventually(lambda: _open_upstream_connections(upstream) == idle, timeout=2.0)
 
 
+def test_a_client_leaving_a_stream_before_its_first_chunk_drops_the_upstream_request(
+    gateway: str, upstream: FaultServer
+) -> None:
+    body = {
+        "model": "slow",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "x_fault": "latency=6000",
+    }
+    labels = {"route": "slow", "variant": "slow", "status": "499"}
+    before = metric_value(gateway, "turnout_requests_total", **labels)
+    idle = _open_upstream_connections(upstream)
+    started = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):  # no head yet: the gateway waits for the first chunk
+        httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=1.0)
+    eventually(lambda: metric_value(gateway, "turnout_requests_total", **labels) == before + 1, timeout=3.0)
+    assert time.monotonic() - started < 4.0
+    eventually(lambda: _open_upstream_connections(upstream) == idle, timeout=2.0)
+
+
 def test_quick_answers_are_unaffected(gateway: str) -> None:
     reply = httpx.post(
         f"{gateway}/v1/chat/completions",

@@ -167,6 +167,35 @@ def test_full_queue_answers_429_with_retry_after(tiny_queue_gateway: str) -> Non
     assert after.status_code == 200
 
 
+@pytest.fixture(scope="module")
+def lazy_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A lone request waits a whole second in the queue for batch mates: time to leave it there."""
+    config = tmp_path_factory.mktemp("cfg") / "gateway.yaml"
+    config.write_text(
+        "variants:\n"
+        "  lazy: {kind: embedded,\n"
+        "         batching: {max_batch_size: 4, max_queue_size: 2, max_queue_delay_ms: 1000}}\n"
+        "routes:\n  lazy: {targets: [{variant: lazy}]}\n"
+        "auth: {anonymous_clients: true}\n"
+    )
+    with gateway_process(Path(config)) as gateway:
+        yield gateway.url
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_requests_abandoned_in_the_queue_free_their_place_at_once(lazy_gateway: str, stream: bool) -> None:
+    body = {"model": "lazy", "prompt": "the", "max_tokens": 4, "stream": stream}
+    before = metric(scrape(lazy_gateway), "turnout_requests_total", route="lazy", status="499")
+    started = time.monotonic()
+    assert asyncio.run(_ask_and_leave(lazy_gateway, body, 2, after=0.2)) == 2  # still queued
+    time.sleep(0.2)
+    text = scrape(lazy_gateway)
+    assert time.monotonic() - started < 0.9  # their batch would only have started at 1 s
+    assert metric(text, "turnout_queue_depth", variant="lazy") == 0  # the queue of two is free
+    assert metric(text, "turnout_requests_total", route="lazy", status="499") == before + 2
+    assert httpx.post(f"{lazy_gateway}/v1/completions", json={**body, "stream": False}).status_code == 200
+
+
 def test_a_batch_of_prompts_never_fills_its_own_queue(tiny_queue_gateway: str) -> None:
     """Six prompts against a queue of two, on an idle gateway: they take turns, no 429."""
     prompts = [f"{a:02d}+{a + 1:02d}=" for a in range(6)]

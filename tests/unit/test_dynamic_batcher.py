@@ -18,6 +18,7 @@ from serving.errors import Overloaded
 class Job:
     key: Hashable | None = ("greedy",)
     enqueued_at: float = 0.0
+    queued: bool = False
     cancel: bool = False
     failed: list[BaseException] = field(default_factory=list)
 
@@ -149,6 +150,30 @@ def test_cancelled_jobs_are_dropped_before_running() -> None:
     gate.set()
     wait_batches(recorder, 2)
     assert recorder.batches[1] == [keep]
+    assert until(lambda: batcher.depth() == 0)
+    batcher.stop()
+
+
+def test_a_withdrawn_job_frees_its_place_at_once_and_is_counted_once() -> None:
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    batcher = make(recorder, max_batch_size=1, max_queue_delay_ms=0, max_queue_size=2)
+    running = Job()
+    batcher.submit(running)
+    assert recorder.running.wait(5)  # running, held by the gate
+    left, waiting = Job(), Job()
+    batcher.submit(left)
+    batcher.submit(waiting)
+    left.cancel = True
+    batcher.withdraw(left)  # the client left: its place is free while the batch still runs
+    batcher.withdraw(running)  # already in a batch: nothing to free
+    assert batcher.depth() == 1
+    late = Job()
+    batcher.submit(late)  # would be a 429 had the abandoned job kept its place
+    gate.set()
+    wait_batches(recorder, 3)
+    ran = [[id(job) for job in batch] for batch in recorder.batches]
+    assert ran == [[id(running)], [id(waiting)], [id(late)]]
     assert until(lambda: batcher.depth() == 0)
     batcher.stop()
 
