@@ -23,6 +23,7 @@ from backends.settings import OpenAIHttpSettings, TimeoutSettings
 from backends.upstream_pool import (
     ConnectFailed,
     ConnectTimeout,
+    PoolExhausted,
     UpstreamError,
     UpstreamPool,
     UpstreamResponse,
@@ -184,10 +185,20 @@ async def send_upstream(
         raise transport_error(name, exc) from exc
 
 
+class PoolFull(Overloaded):
+    """The variant's own connection limit (``max_connections``) is reached: a 429, as a full
+    embedded queue is, so fallbacks are tried and the upstream's breaker is not charged (Envoy
+    treats its pool overflow as a local answer, not an upstream failure, alike)."""
+
+    default_code = "upstream_pool_full"
+
+
 def transport_error(name: str, exc: Exception) -> TurnoutError:
-    """Map a connection failure (or a parse failure) to 503 / 504 / 502."""
+    """Map a connection failure (or a parse failure) to 503 / 504 / 502; a full pool to 429."""
+    if isinstance(exc, PoolExhausted):
+        return PoolFull(f"variant {name}: {exc} (its max_connections); retry later", retry_after=1.0)
     if isinstance(exc, ConnectTimeout):
-        return BackendTimeout(f"upstream {name}: connect timeout (or no free pooled connection): {exc}")
+        return BackendTimeout(f"upstream {name}: connect timeout: {exc}")
     if isinstance(exc, TimeoutError):
         return BackendTimeout(f"upstream {name}: read timeout")
     if isinstance(exc, ConnectFailed):

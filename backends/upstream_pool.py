@@ -45,6 +45,11 @@ class ConnectTimeout(UpstreamError, TimeoutError):
     """Opening a connection, or waiting for a free one, took longer than allowed."""
 
 
+class PoolExhausted(ConnectTimeout):
+    """Every connection the pool may open was busy for the whole pool timeout (a local limit:
+    the upstream itself may be fine)."""
+
+
 class ReadTimeout(UpstreamError, TimeoutError):
     """No data arrived within the read timeout."""
 
@@ -392,7 +397,9 @@ class UpstreamPool:
             except TimeoutError:
                 if waiter.done() and not waiter.cancelled():
                     self._wake_one()  # woken as the deadline passed: hand the free slot on
-                raise ConnectTimeout(f"no free connection within {self.pool_timeout:g} s") from None
+                raise PoolExhausted(
+                    f"all {self.limit} connections busy for {self.pool_timeout:g} s"
+                ) from None
             finally:
                 if not waiter.done():
                     waiter.cancel()

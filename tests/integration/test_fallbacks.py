@@ -6,6 +6,7 @@ that cut, stall or corrupt a stream after its first chunk.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -48,6 +49,11 @@ def servers() -> Iterator[dict[str, FaultServer]]:
 def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultServer]) -> Iterator[Launched]:
     variants = {name: fault_variant(server) for name, server in servers.items()}
     variants["stall"] = fault_variant(servers["stall"], read_timeout=1.0)
+    variants["narrow"] = {  # one connection, given up on after 0.2 s
+        **fault_variant(servers["plain"]),
+        "max_connections": 1,
+        "timeouts": {"connect": 1.0, "read": 10.0, "pool": 0.2},
+    }
 
     def route(target: str, **extra: Any) -> dict[str, Any]:
         return {"targets": [{"variant": target}], **extra}
@@ -59,6 +65,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultSe
         "busy-alone": route("busy"),
         "everything-fails": route("busy", fallbacks=["unavailable", "flaky"]),
         "flaky-alone": route("flaky"),
+        "narrow-alone": route("narrow"),
+        "narrow-fallback": route("narrow", fallbacks=["good"]),
         "client-error": route("plain", fallbacks=["good"]),
         "cut": route("cut", fallbacks=["good"]),
         "stall": route("stall", fallbacks=["good"]),
@@ -175,3 +183,22 @@ def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_event(
     assert any(e != "[DONE]" and e.get("choices") and e["choices"][0]["delta"].get("content") for e in events)
     assert took < 4.0  # the 5 s stall ends at the 1 s read timeout, never a hang
     assert servers["good"].stats()["requests"] == before  # no fallback once bytes reached the client
+
+
+def test_a_full_connection_pool_is_a_429_and_not_the_upstreams_failure(gateway: Launched) -> None:
+    """The gateway's own max_connections is reached: fallbacks serve, the breaker stays closed."""
+    holding = threading.Thread(  # a slow stream holds narrow's only connection for ~1 s
+        target=chat, args=(gateway.url, "narrow-alone"), kwargs={"stream": True, "x_fault": "slow_chunks=300"}
+    )
+    holding.start()
+    time.sleep(0.3)
+    refused = [chat(gateway.url, "narrow-alone") for _ in range(4)]
+    served = chat(gateway.url, "narrow-fallback")
+    holding.join(10)
+    assert {r.status_code for r in refused} == {429}
+    error = refused[0].json()["error"]
+    assert error["code"] == "upstream_pool_full" and "max_connections" in error["message"]
+    assert refused[0].headers["retry-after"] == "1"
+    assert served.status_code == 200 and served.headers["x-turnout-variant"] == "good"
+    assert metric_value(gateway.url, "turnout_circuit_open", variant="narrow") == 0  # 3 failures open it
+    assert chat(gateway.url, "narrow-alone").status_code == 200

@@ -329,7 +329,7 @@ async def test_upstream_closing_kept_alive_connections_is_survived() -> None:
             assert stats["requests"] == 5  # no request was answered twice
 
 
-async def test_pool_exhaustion_is_a_timeout_and_a_broken_stream_frees_its_slot(
+async def test_pool_exhaustion_is_an_overload_and_a_broken_stream_frees_its_slot(
     fault_server: FaultServer,
 ) -> None:
     limits = {"max_connections": 1, "timeouts": {"pool": 0.1, "connect": 0.1, "read": 5.0}}
@@ -337,8 +337,10 @@ async def test_pool_exhaustion_is_a_timeout_and_a_broken_stream_frees_its_slot(
         slow = backend.stream(chat("slow_chunks=200"))
         first = await asyncio.wait_for(anext(slow), LIMIT)  # holds the only connection
         assert first.text
-        with pytest.raises(BackendTimeout, match="pooled connection"):
+        with pytest.raises(Overloaded, match=r"all 1 connections busy for 0\.1 s") as full:
             await asyncio.wait_for(backend.complete(chat()), LIMIT)
+        assert full.value.status == 429 and full.value.code == "upstream_pool_full"
+        assert full.value.headers == {"retry-after": "1"}
         await slow.aclose()  # the consumer went away mid-stream: the slot must come back
         result = await asyncio.wait_for(backend.complete(chat()), LIMIT)
         assert result.text == DEFAULT_REPLY
