@@ -214,7 +214,11 @@ async def _sse_events(
     include_usage: bool,
     charge: Callable[[int], None] | None = None,
 ) -> AsyncIterator[bytes]:
-    """Typed chunks → OpenAI stream objects; a mid-stream failure → error event, then [DONE]."""
+    """Typed chunks → OpenAI stream objects; a mid-stream failure → error event, then [DONE].
+
+    ``charge`` (a key's tokens-per-minute) gets the finish chunk's usage; a stream that ends
+    without one (the client left, the upstream failed) is charged one token per text chunk it
+    delivered, a lower bound, rather than nothing."""
 
     def choice(
         text: str | None,
@@ -238,16 +242,19 @@ async def _sse_events(
             "finish_reason": None,
         }
         yield sse.event({**head, "choices": [first], **extra})
+    delivered, charged = 0, False
     try:
         async for chunk in chunks:
             logprobs = chunk.logprobs  # this chunk's tokens, on the event that carries their text
             if chunk.text or chunk.extra or (logprobs is not None and chunk.finish_reason is None):
+                delivered += 1
                 text = chunk.text if chunk.text or not chunk.extra else None  # a bare tool-call delta
                 yield sse.event({**head, "choices": [choice(text, None, logprobs, chunk.extra)], **extra})
                 logprobs = None
             if chunk.finish_reason is not None:
                 if charge is not None and chunk.usage is not None:
                     charge(chunk.usage.total_tokens)
+                    charged = True
                 yield sse.event({**head, "choices": [choice(None, chunk.finish_reason, logprobs)], **extra})
                 if include_usage and chunk.usage is not None:
                     yield sse.event({**head, "choices": [], "usage": chunk.usage.as_dict()})
@@ -258,6 +265,9 @@ async def _sse_events(
         yield sse.error_event(
             {"error": {"message": "internal error", "type": "internal_error", "param": None, "code": None}}
         )
+    finally:  # also when the client left (the generator is closed)
+        if charge is not None and not charged and delivered:
+            charge(delivered)
     yield sse.DONE
 
 

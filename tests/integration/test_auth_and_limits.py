@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,6 +115,28 @@ def test_tokens_per_minute_are_charged_after_each_answer(setup: tuple[Launched, 
     eventually(lambda: _with_key(gateway.url, key).status_code in (200, 429), timeout=2)
     statuses = [_with_key(gateway.url, key, stream=i % 2 == 1).status_code for i in range(6)]
     assert statuses[-1] == 429 and 429 in statuses
+
+
+def test_a_stream_that_ends_early_is_charged_what_it_delivered(setup: tuple[Launched, Path]) -> None:
+    """An upstream cut (no usage ever comes) costs its chunks; so does a client hanging up."""
+    gateway, config = setup
+    models, chats = f"{gateway.url}/v1/models", f"{gateway.url}/v1/chat/completions"
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    for name, how in (("cut-short", "cut"), ("hung-up", "leave")):
+        headers = {"authorization": f"Bearer {_create(config, name, '--tpm', '6')}"}
+        eventually(lambda h=headers: httpx.get(models, headers=h).status_code == 200, timeout=2)  # free
+        if how == "cut":
+            reply = httpx.post(chats, json={**body, "x_fault": "cut=7"}, headers=headers, timeout=30)
+            assert reply.status_code == 200 and '"error"' in reply.text  # 7 chunks, then the cut
+        else:
+            slow = {**body, "x_fault": "slow_chunks=100"}
+            with httpx.stream("POST", chats, json=slow, headers=headers, timeout=30) as reply:
+                lines = reply.iter_lines()
+                for _ in range(16):  # the role chunk, then seven content chunks (blank lines between)
+                    next(lines)
+        time.sleep(0.5)  # the gateway notices the hang-up
+        after = httpx.post(chats, json={**body, "stream": False}, headers=headers, timeout=30)
+        assert after.status_code == 429, after.text  # the very next request: 7 tokens > 6 a minute
 
 
 def test_a_client_key_cannot_use_the_admin_api(setup: tuple[Launched, Path]) -> None:
