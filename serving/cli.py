@@ -26,7 +26,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from serving.app import create_app
     from serving.config import default_config, load_config
-    from serving.http_protocol import bounded_head_protocol
+    from serving.http_protocol import ConnectionLimits, guarded_protocol
 
     try:
         config = load_config(Path(args.config)) if args.config else default_config()
@@ -47,7 +47,14 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level or config.server.log_level,
         access_log=args.access_log,
         loop="uvloop",
-        http=bounded_head_protocol(config.server.max_header_bytes),
+        http=guarded_protocol(
+            ConnectionLimits(
+                max_head_bytes=config.server.max_header_bytes,
+                head_timeout_s=config.server.header_timeout_s,
+                body_timeout_s=config.server.body_timeout_s,
+                send_stall_timeout_s=config.server.send_stall_timeout_s,
+            )
+        ),
         timeout_graceful_shutdown=5,
         # Nothing here reads the client address or the Server header: skip their per-request work.
         proxy_headers=False,

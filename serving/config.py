@@ -37,8 +37,13 @@ class ServerSettings(BaseModel):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     max_body_bytes: Annotated[int, Field(ge=1024)] = 1_048_576
-    # The request line and headers together (serving/http_protocol.py): past it, 431 and close.
+    # Per connection (serving/http_protocol.py): the request line and headers together (past
+    # it, 431 and close); the time to send them (408), the body (closed), and how long a client
+    # may leave an answer unread (dropped).
     max_header_bytes: Annotated[int, Field(ge=1024)] = 65_536
+    header_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    body_timeout_s: Annotated[float, Field(gt=0)] = 60.0
+    send_stall_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     log_level: str = "info"
     # Origins whose browser pages may call the API (CORS; "*" = any). None by default: vLLM and
     # LiteLLM allow every origin out of the box, a gateway holding API keys waits to be asked.

@@ -1,50 +1,71 @@
-"""The HTTP/1.1 protocol `turnout serve` runs: uvicorn's httptools one, with a bound on the request head.
+"""The HTTP/1.1 protocol `turnout serve` runs: uvicorn's httptools one, with bounds on each connection.
 
-First on the request path, before any ASGI code: httptools accumulates a header line in memory
-for as long as it keeps coming (a 50 MB header line was taken whole), where h11 stops at 16 KB
-and nginx at 4 x 8 KB. This subclass counts the bytes that arrive while a request's head (request
-line and headers) is still incomplete and, past ``max_head_bytes``, answers ``431 Request Header
-Fields Too Large`` in the OpenAI error shape and closes the connection. A head that arrives
-whole in one read is not refused (it is already in memory, and no larger than a read); a read
-that also ends a pipelined request is left out of the count: the bound is approximate by one
-read, which is all a memory bound needs.
+First on the request path, before any ASGI code. uvicorn bounds none of these (h11 and nginx
+do), so one client could pin memory or a connection for as long as it liked:
+
+- **Head size** (``max_head_bytes``): httptools accumulates a header line in memory for as
+  long as it keeps coming (a 50 MB line was taken whole; h11 stops at 16 KB, nginx at 4 x 8 KB).
+  The reads that arrive while a request's head is incomplete are counted and, past the bound,
+  the answer is ``431`` in the OpenAI error shape and the connection closes. A head that
+  arrives whole in one read is not refused (it is already in memory, no larger than a read);
+  a read that also ends a pipelined request is left out: the bound is approximate by one read.
+- **Head time** (``head_timeout_s``, nginx's ``client_header_timeout``): from the connection
+  (or a request's first byte) to the end of its headers; a partial head gets ``408``, a
+  connection that sent nothing is closed.
+- **Body time** (``body_timeout_s``): from the end of the headers to the end of the body; past
+  it the connection is closed, which the application sees as the client leaving (a 499).
+- **Send stall** (``send_stall_timeout_s``): a client that stops reading a response fills the
+  socket and the transport's buffer; once writing has been paused that long the connection is
+  dropped, which cancels the request (and its upstream request) as a hang-up does.
 """
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-DEFAULT_MAX_HEAD_BYTES = 65_536
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_head_bytes: int = 65_536
+    head_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
+    send_stall_timeout_s: float = 300.0
 
 
-def head_too_large_response(limit: int) -> bytes:
-    """The whole 431 answer, head and OpenAI error body (written before any ASGI cycle exists)."""
-    body = orjson.dumps(
-        {
-            "error": {
-                "message": f"the request line and headers exceed {limit} bytes",
-                "type": "invalid_request_error",
-                "param": None,
-                "code": "request_header_fields_too_large",
-            }
-        }
-    )
+def early_response(status: int, reason: str, message: str, code: str) -> bytes:
+    """A whole answer, head and OpenAI error body, written before any ASGI cycle exists."""
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+    body = orjson.dumps({"error": error})
     head = (
-        b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-        b"content-type: application/json\r\n"
-        b"content-length: %d\r\n"
-        b"connection: close\r\n\r\n" % len(body)
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n" % (status, reason.encode("ascii"), len(body))
     )
     return head + body
 
 
-class BoundedHeadProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol that refuses a request head over ``max_head_bytes``."""
+def head_too_large_response(limit: int) -> bytes:
+    return early_response(
+        431,
+        "Request Header Fields Too Large",
+        f"the request line and headers exceed {limit} bytes",
+        "request_header_fields_too_large",
+    )
 
-    max_head_bytes = DEFAULT_MAX_HEAD_BYTES
+
+def head_timeout_response(seconds: float) -> bytes:
+    message = f"the request's headers did not arrive within {seconds:g} s"
+    return early_response(408, "Request Timeout", message, "request_timeout")
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the bounds of :class:`ConnectionLimits`."""
+
+    limits = ConnectionLimits()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -52,19 +73,56 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._in_head = False
         self._messages = 0
         self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+
+    # ---- connection ----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self._head_timer, self._body_timer, self._stall_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = self._stall_timer = None
+        super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall_timer is None:
+            self._stall_timer = self.loop.call_later(self.limits.send_stall_timeout_s, self._send_stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    # ---- parser callbacks ------------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._idle, self._in_head = False, True
         self._messages += 1
         self._head_bytes = 0
+        self._arm_head_timer()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._idle = True
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
@@ -74,15 +132,50 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             return
         begun = self._messages - messages
         # Count a read only when all of it is head: it began one (from idle) or went on with one.
-        # A read that also ended an earlier request (pipelining) is left out: the bound is one read.
         if (idle and begun == 1) or (in_head and begun == 0):
             self._head_bytes += len(data)
-        if self._head_bytes > self.max_head_bytes:
-            self.logger.warning("Request head over %d bytes: answered 431 and closed.", self.max_head_bytes)
-            self.transport.write(head_too_large_response(self.max_head_bytes))
+        limit = self.limits.max_head_bytes
+        if self._head_bytes > limit:
+            self.logger.warning("Request head over %d bytes: answered 431 and closed.", limit)
+            self.transport.write(head_too_large_response(limit))
             self.transport.close()
 
+    # ---- timers ------------------------------------------------------------------------------------
 
-def bounded_head_protocol(max_head_bytes: int) -> type[BoundedHeadProtocol]:
-    """The protocol class for uvicorn's ``http=`` with this bound."""
-    return type("BoundedHeadProtocol", (BoundedHeadProtocol,), {"max_head_bytes": max_head_bytes})
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.limits.head_timeout_s, self._head_timed_out)
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._arm_head_timer()  # a pipelined head waits while the answer before it is sent
+            return
+        if self._in_head:
+            seconds = self.limits.head_timeout_s
+            self.logger.warning("Request head incomplete after %g s: answered 408.", seconds)
+            self.transport.write(head_timeout_response(seconds))
+        self.transport.close()
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if not self.transport.is_closing():
+            seconds = self.limits.body_timeout_s
+            self.logger.warning("Request body incomplete after %g s: connection closed.", seconds)
+            self.transport.close()
+
+    def _send_stalled(self) -> None:
+        self._stall_timer = None
+        if not self.transport.is_closing():
+            self.logger.warning(
+                "Client read nothing for %g s while an answer waited: connection dropped.",
+                self.limits.send_stall_timeout_s,
+            )
+            self.transport.abort()  # close() would wait for a buffer that never drains
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type[GuardedProtocol]:
+    """The protocol class for uvicorn's ``http=`` with these bounds."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
