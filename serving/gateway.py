@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from backends.base import Backend, Chunk, Completion, GenerateRequest, Usage
 from serving.config import GatewayConfig
-from serving.errors import BackendError, BackendUnavailable, NotFound, Overloaded, TurnoutError
+from serving.errors import BackendError, BackendUnavailable, ClientError, NotFound, Overloaded, TurnoutError
 from serving.metrics import GatewayMetrics
 from serving.observations import ObservationLog, counts_as_error
 from serving.routing.answer_text import StreamedAnswer, answer_text
@@ -94,11 +94,25 @@ class Gateway:
     def route_names(self) -> list[str]:
         return list(self.routes)
 
-    def choose(self, route: str, header_key: str | None, user: str | None) -> Routed:
+    def choose(
+        self, route: str, header_key: str | None, user: str | None, pinned: str | None = None
+    ) -> Routed:
+        """The route's decision for this request; ``pinned`` (the ``x-turnout-variant`` request
+        header) names one of the route's own variants to serve it alone: no split, fallback or
+        shadow, so a load test measures that variant and nothing else."""
         active = self.routes.get(route)
         if active is None:
             raise NotFound(f"The model '{route}' does not exist", param="model")
         spec = active.spec
+        if pinned is not None:
+            if pinned not in spec.variants():
+                raise ClientError(
+                    f"variant '{pinned}' does not serve '{route}' (x-turnout-variant); its variants: "
+                    f"{', '.join(sorted(spec.variants()))}",
+                    param="x-turnout-variant",
+                    code="unknown_variant",
+                )
+            return Routed(active, Decision(pinned), pinned)
         sticky = spec.sticky
         if sticky == "auto":
             key = header_key or user

@@ -49,7 +49,7 @@ _WATCH_UPSTREAM_AFTER_S = 0.5
 
 
 _READ_HEADERS = frozenset(
-    {b"authorization", b"api-key", b"content-length", b"x-request-id", b"x-turnout-key"}
+    {b"authorization", b"api-key", b"content-length", b"x-request-id", b"x-turnout-key", b"x-turnout-variant"}
 )
 
 
@@ -344,7 +344,10 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
                 code="unsupported_value",
             )
         route = wire.model
-        routed = state.gateway.choose(route, headers_in.get("x-turnout-key"), wire.user)
+        pinned = headers_in.get("x-turnout-variant")
+        if pinned is not None:  # a spec-backed variant may be named by its spec name too
+            pinned = state.variant_aliases.get(pinned, pinned)
+        routed = state.gateway.choose(route, headers_in.get("x-turnout-key"), wire.user, pinned)
         headers["x-turnout-route-version"] = str(routed.route.version)
         created = int(time.time())
         backend = state.gateway.backends[routed.decision.primary]

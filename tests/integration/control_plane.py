@@ -55,8 +55,15 @@ def admin(token: str | None = ADMIN_TOKEN) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
-def chat(base: str, model: str = "chat", *, key: str | None = None, **body: Any) -> httpx.Response:
-    headers = {"x-turnout-key": key} if key else {}
+def chat(
+    base: str,
+    model: str = "chat",
+    *,
+    key: str | None = None,
+    headers: dict[str, str] | None = None,
+    **body: Any,
+) -> httpx.Response:
+    headers = {**({"x-turnout-key": key} if key else {}), **(headers or {})}
     payload = {"model": model, "messages": [{"role": "user", "content": "hi"}], **body}
     return httpx.post(f"{base}/v1/chat/completions", json=payload, headers=headers, timeout=30)
 

@@ -202,3 +202,16 @@ def test_a_full_connection_pool_is_a_429_and_not_the_upstreams_failure(gateway: 
     assert served.status_code == 200 and served.headers["x-turnout-variant"] == "good"
     assert metric_value(gateway.url, "turnout_circuit_open", variant="narrow") == 0  # 3 failures open it
     assert chat(gateway.url, "narrow-alone").status_code == 200
+
+
+def test_x_turnout_variant_pins_one_of_the_routes_variants_without_fallback(gateway: Launched) -> None:
+    """As `turnout loadtest --variant` sends it: that variant alone, or a 400 naming the others."""
+    good = chat(gateway.url, "fallback", headers={"x-turnout-variant": "good"})
+    assert good.status_code == 200 and good.headers["x-turnout-variant"] == "good"
+    busy = chat(gateway.url, "busy-fallback", headers={"x-turnout-variant": "busy"})
+    assert busy.status_code == 429 and busy.headers["x-turnout-variant"] == "busy"  # no fallback to good
+    wrong = chat(gateway.url, "fallback", headers={"x-turnout-variant": "plain"})
+    assert wrong.status_code == 400
+    error = wrong.json()["error"]
+    assert error["code"] == "unknown_variant" and error["param"] == "x-turnout-variant"
+    assert error["message"].endswith("its variants: flaky, good")

@@ -95,6 +95,18 @@ def test_an_ab_split_is_reported_per_variant(split: Launched, tmp_path: Path) ->
     assert summary["variants"]["a"]["kind"] == "openai_http"
 
 
+def test_variant_pins_a_split_routes_variant(split: Launched, tmp_path: Path) -> None:
+    """`--variant b` measures b alone, as the README's pricing workflow needs."""
+    before = {v: _counts(split.url, "ab", variant=v) for v in ("a", "b")}
+    done = loadtest("--target", split.url, "--route", "ab", "--variant", "b", "--users", "4",
+                    "--duration", "3s", "--no-stream", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["per_variant"]) == {"b"} and summary["per_variant"]["b"]["requests"] > 10
+    assert _counts(split.url, "ab", variant="a") == before["a"]
+    assert _counts(split.url, "ab", variant="b") - before["b"] == summary["per_variant"]["b"]["requests"]
+
+
 def test_a_ramp_stops_at_the_first_step_over_its_slo(split: Launched, tmp_path: Path) -> None:
     done = loadtest("--target", split.url, "--route", "ab", "--scenario", "ramp", "--users", "8",
                     "--step-users", "2", "--step", "2s", "--duration", "8s", "--slo-p95-ttft-ms", "0.001",
