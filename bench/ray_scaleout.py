@@ -28,10 +28,12 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # the sibling modules import each other by bare name
+
+from loadgen import run_loop, run_phase  # noqa: E402
+from overhead_phases import MODEL, http_request  # noqa: E402
 
 from backends.fault import FaultServer  # noqa: E402
-from bench.gateway_overhead import MODEL, http_request  # noqa: E402
-from bench.loadgen import run_loop, run_phase  # noqa: E402
 from serving.launcher import gateway_process  # noqa: E402
 
 

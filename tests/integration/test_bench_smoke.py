@@ -22,6 +22,18 @@ def run(*args: str) -> str:
     return done.stdout
 
 
+SCRIPTS = sorted(
+    path.name for path in (ROOT / "bench").glob("*.py") if "argparse" in path.read_text(encoding="utf-8")
+)
+
+
+def test_every_bench_script_at_least_starts() -> None:
+    """The benches not run below (Ray, LiteLLM, long ones) must still import: `--help` each."""
+    assert "ray_scaleout.py" in SCRIPTS and "gateway_overhead.py" in SCRIPTS
+    for script in SCRIPTS:
+        assert "usage:" in run(f"bench/{script}", "--help"), script
+
+
 def test_embedded_engine_bench_prints_its_table() -> None:
     out = run("bench/embedded_engine.py", "--tokens", "8", "--rounds", "1")
     for precision in ("fp32", "int8", "int4"):
