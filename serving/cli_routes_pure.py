@@ -203,6 +203,17 @@ def start_canary(
     if spec.canary is not None:
         raise EditError(f"a canary of '{spec.canary.canary}' is already running; abort it first (--abort)")
     require_a_gate(gates, evals)
+    if len(spec.targets) > 1:  # the canary's stable/canary split would silently replace this one
+        split = ", ".join(f"{t.variant} {t.weight:g}" for t in spec.targets)
+        raise EditError(
+            f"the route splits its traffic ({split}); a canary moves traffic from one stable variant: "
+            f"put the route on one first (`turnout routes weights NAME {stable_target(spec)}=1`)"
+        )
+    if canary in {s.variant for s in spec.shadows}:
+        raise EditError(
+            f"'{canary}' is a shadow of this route; remove the shadow first "
+            f"(`turnout routes shadow NAME --remove {canary}`)"
+        )
     data = {
         "stable": stable_target(spec),
         "canary": canary,

@@ -78,9 +78,11 @@ def test_operator_walkthrough(gateway: Launched) -> None:
     summary = routes(gateway, "shadow", "chat")
     assert summary.returncode == 0 and "answer from c" in summary.stdout
 
-    canary = routes(
-        gateway, "canary", "chat", "--canary", "b", "--steps", "10,50,100", "--max-error-rate", "0.05"
-    )
+    canary_args = ("canary", "chat", "--canary", "b", "--steps", "10,50,100", "--max-error-rate", "0.05")
+    on_a_split = routes(gateway, *canary_args)  # a=70 b=30: the canary would drop that split
+    assert on_a_split.returncode == 2 and "`turnout routes weights NAME a=1`" in on_a_split.stderr
+    assert routes(gateway, "weights", "chat", "a=1").returncode == 0
+    canary = routes(gateway, *canary_args)
     assert canary.returncode == 0, canary.stderr
     assert _current(gateway)["spec"]["canary"]["canary"] == "b"  # type: ignore[index]
     aborted = routes(gateway, "canary", "chat", "--abort")

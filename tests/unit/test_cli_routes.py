@@ -130,11 +130,23 @@ def test_gates_from_flags() -> None:
         slo_gates(max_error_rate=2)  # meant as 2%: a gate that could never break
 
 
-def test_canary_starts_from_the_heaviest_target_and_aborts_to_it() -> None:
+ONLY_A = spec_of(targets=[{"variant": "a"}], shadows=[{"variant": "s", "sample_rate": 1.0}])
+
+
+def test_a_canary_is_refused_on_a_split_or_for_a_shadow_naming_the_fix() -> None:
+    gates = slo_gates(max_error_rate=0.05)
+    split = r"splits its traffic \(a 70, b 30\).*`turnout routes weights NAME a=1`"
+    with pytest.raises(EditError, match=split):
+        start_canary(AB, "c", [10, 100], 50, 30, gates)
+    with pytest.raises(EditError, match=r"'s' is a shadow.*`turnout routes shadow NAME --remove s`"):
+        start_canary(ONLY_A, "s", [10, 100], 50, 30, gates)
+
+
+def test_canary_starts_from_the_single_target_and_aborts_to_it() -> None:
     assert stable_target(AB) == "a"
     assert stable_target(spec_of(targets=[{"variant": "x"}])) == "x"
     gates = slo_gates(max_error_rate=0.05)
-    running = start_canary(AB, "c", [10, 100], 50, 30, gates)
+    running = start_canary(ONLY_A, "c", [10, 100], 50, 30, gates)
     assert running.canary is not None and running.canary.stable == "a" and running.canary.canary == "c"
     assert running.canary.steps == [10, 100] and running.canary.min_requests == 50
     assert describe_primaries(running) == "a 90%, c 10% (canary step 1/2)"
@@ -152,9 +164,9 @@ def test_canary_starts_from_the_heaviest_target_and_aborts_to_it() -> None:
 def test_canary_plan_errors_are_local() -> None:
     gates = slo_gates(max_error_rate=0.05)
     with pytest.raises(EditError, match="increase strictly"):
-        start_canary(AB, "c", [50, 10], 50, 30, gates)
+        start_canary(ONLY_A, "c", [50, 10], 50, 30, gates)
     with pytest.raises(EditError, match="differ"):
-        start_canary(AB, "a", [5, 100], 50, 30, gates)
+        start_canary(ONLY_A, "a", [5, 100], 50, 30, gates)
 
 
 def test_load_spec_file_yaml_json_and_show_output(tmp_path: Path) -> None:
@@ -332,7 +344,7 @@ def test_an_invalid_edit_fails_before_any_put(capsys: pytest.CaptureFixture[str]
 
 
 def test_canary_start_and_abort_flow() -> None:
-    fake = FakeAdmin({"chat": [AB]})
+    fake = FakeAdmin({"chat": [spec_of(targets=[{"variant": "a"}])]})
     assert (
         turnout_routes(
             fake, "canary", "chat", "--canary", "c", "--steps", "10,100", "--max-error-rate", "0.1"
