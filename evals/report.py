@@ -124,6 +124,22 @@ SHARED_NOTE = (
 )
 
 
+def unpriced_note(rows: Sequence[Row]) -> list[str]:
+    """A line naming accelerators that were measured but have no price in the catalog."""
+    names = sorted(
+        {r.accelerator for r in rows if r.accelerator and r.tokens_per_s and not r.shared_run}
+        - {r.accelerator for r in rows if r.usd_per_m_tokens is not None}
+    )
+    unknown = [name for name in names if name not in accelerators.names()]
+    if not unknown:
+        return []
+    return [
+        f"\n‡ no price for accelerator {', '.join(unknown)}: not in the catalog "
+        f"({', '.join(accelerators.names())}); name one of those in the variant's `accelerator`, "
+        f"or price it in the file ${accelerators.PRICES_ENV} names."
+    ]
+
+
 def _f(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -150,6 +166,7 @@ def markdown(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: Se
              "|" + "---|" * len(table[0])]  # fmt: skip
     lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
     lines += [SHARED_NOTE] if any(r.shared_run for r in rows) else []
+    lines += unpriced_note(rows)
     lines += ["", "## Verdicts", "", *[f"- {v}" for v in verdicts], "", "## Plots", ""]
     lines += [f"![{name}]({name})" for name in images]
     return "\n".join(lines) + "\n"
@@ -161,7 +178,8 @@ def html_page(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: S
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table[1:])
     items = "".join(f"<li>{html.escape(v)}</li>" for v in verdicts)
     pictures = "".join(f'<img src="{html.escape(name)}" alt="{html.escape(name)}">' for name in images)
-    note = f"<p>{html.escape(SHARED_NOTE.strip())}</p>" if any(r.shared_run for r in rows) else ""
+    notes = ([SHARED_NOTE] if any(r.shared_run for r in rows) else []) + unpriced_note(rows)
+    note = "".join(f"<p>{html.escape(text.strip())}</p>" for text in notes)
     return (f"<!doctype html><meta charset='utf-8'><title>Turnout variant comparison</title>"
             f"<h1>Variant comparison (accuracy: {html.escape(task)})</h1><table border='1'><tr>{cells}</tr>"
             f"{body}</table>{note}<h2>Verdicts</h2><ul>{items}</ul><h2>Plots</h2>{pictures}\n")  # fmt: skip

@@ -8,7 +8,7 @@ import pytest
 
 from evals.datasets import DatasetError, load, render, shipped
 from evals.metrics import bootstrap_ci, match
-from evals.report import Row, cost_per_million, join, verdict
+from evals.report import Row, cost_per_million, join, markdown, unpriced_note, verdict
 from evals.runner import echoed_extras
 
 
@@ -87,6 +87,16 @@ def test_a_variant_measured_in_a_shared_run_gets_no_cost_or_speed_ratio() -> Non
     assert verdict(b, a, 1.0) == "b: no figures: no accuracy to judge"
     alone = join("a", [shared, _load("a", 1200.0)], [], "addition")  # a later run of its own wins
     assert not alone.shared_run and alone.usd_per_m_tokens is not None
+
+
+def test_an_accelerator_missing_from_the_catalog_is_named_in_the_report() -> None:
+    unknown = {**_load("v", 1000.0), "variants": {"v": {"accelerator": "h100"}}}  # not "h100-80gb"
+    row, priced = join("v", [unknown], [], "addition"), join("w", [_load("w", 1000.0)], [], "addition")
+    assert row.usd_per_m_tokens is None and priced.usd_per_m_tokens is not None
+    [note] = unpriced_note([row, priced])
+    assert "no price for accelerator h100: not in the catalog (h100-80gb, " in note
+    assert "$TURNOUT_PRICES_FILE" in note
+    assert note in markdown([row, priced], [], "addition", []) and unpriced_note([priced]) == []
 
 
 def test_a_bos_the_server_echoes_is_recognised_and_nothing_else() -> None:
