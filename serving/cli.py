@@ -27,12 +27,15 @@ def _serve(args: argparse.Namespace) -> int:
     from serving.app import create_app
     from serving.config import default_config, load_config
     from serving.http_protocol import ConnectionLimits, guarded_protocol
+    from serving.store.engine import display_url
 
     try:
         config = load_config(Path(args.config)) if args.config else default_config()
     except ConfigError as exc:
         print(f"turnout: {exc}", file=sys.stderr)
         return 2
+    # Shared, persistent state: say which (routes, keys and audit outlive the process).
+    print(f"turnout: route store {display_url(config.store.url)}", file=sys.stderr)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     try:
@@ -85,7 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
         "gateway.yaml' serves the variants and routes it declares. 'turnout COMMAND --help' for more.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the gateway")
+    serve = commands.add_parser(
+        "serve",
+        help="run the gateway",
+        description="Run the gateway. Routes, keys and the audit log live in the route store: the "
+        "config's store.url, else $TURNOUT_STORE_URL, else ~/.local/state/turnout/turnout.db "
+        "(shared by every gateway and CLI on this machine; printed at start).",
+    )
     serve.add_argument("--config", help="gateway.yaml (default: the shipped model, all precisions)")
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=tcp_port, help="port (default 8000)")

@@ -37,6 +37,11 @@ def sqlite_file(url: str) -> str | None:
     return None if database.startswith("file:") else str(Path(database).expanduser().absolute())
 
 
+def display_url(url: str) -> str:
+    """``url`` fit to print: its password hidden."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def open_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, a busy timeout and immediate write transactions."""
     parsed = make_url(url)
@@ -50,7 +55,7 @@ def open_engine(url: str) -> Engine:
                 else ""
             )
             raise ConfigError(
-                f"store.url {parsed.render_as_string(hide_password=True)}: the database driver "
+                f"store.url {display_url(url)}: the database driver "
                 f"{exc.name!r} is not installed" + (f": {hint}" if hint else "")
             ) from None
     if is_in_memory_sqlite(url):

@@ -231,7 +231,9 @@ def test_the_store_wins_over_a_config_file_edited_since_it_seeded_the_route(
         current = httpx.get(f"{launched.url}/admin/routes/chat", headers=admin()).json()
         assert current["version"] == 1 and current["spec"]["targets"] == [{"variant": "a", "weight": 1.0}]
         assert launched.log is not None
-        assert "the config file's spec differs from the store's v1" in launched.log.read_text()
+        logged = launched.log.read_text()
+        assert "the config file's spec differs from the store's v1" in logged
+        assert f"turnout: route store sqlite:///{config.parent / 'routes.db'}" in logged  # said at start
 
 
 def test_a_change_reaches_another_gateway_process_within_one_second(config: Path) -> None:
