@@ -13,7 +13,16 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-from serving.auth import ANONYMOUS, KeyLike, KeyRing, Principal, Role, authorize_admin, authorize_client
+from serving.auth import (
+    ANONYMOUS,
+    KeyLike,
+    KeyRing,
+    Principal,
+    Role,
+    authorize_admin,
+    authorize_client,
+    looks_issued,
+)
 from serving.auth import bearer_token as parse_bearer
 from serving.config import AuthSettings
 from serving.errors import RateLimited
@@ -48,6 +57,7 @@ class Access:
             anonymous_allowed=self._settings.anonymous_clients,
             presented=presented is not None,
             authorization=authorization,
+            issued_shape=principal is None and looks_issued(presented),
         )
         if principal.rpm is None and principal.tpm is None:
             return principal

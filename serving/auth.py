@@ -140,16 +140,30 @@ def authorize_admin(principal: Principal | None, needed: Role, *, presented: boo
     return principal
 
 
+def looks_issued(key: str | None) -> bool:
+    """Whether a presented key has the shape of one Turnout issues (``sk-turnout-…``, ``tadm-…``):
+    unknown, it is a typo or a revoked key, a 401 even where anonymous clients are served (any
+    other string, e.g. the openai SDK's required ``api_key="anything"``, is taken as anonymous)."""
+    return key is not None and key.startswith((CLIENT_KEY_PREFIX, ADMIN_TOKEN_PREFIX))
+
+
 def authorize_client(
-    principal: Principal | None, *, anonymous_allowed: bool, presented: bool, authorization: str | None = None
+    principal: Principal | None,
+    *,
+    anonymous_allowed: bool,
+    presented: bool,
+    authorization: str | None = None,
+    issued_shape: bool = False,
 ) -> Principal:
     """The caller on the client API: its key's principal, else anonymous when allowed, else 401.
 
     ``authorization`` is the raw header, so a key sent with another scheme (``Basic …``) is told
-    which one to use rather than that there was none."""
+    which one to use rather than that there was none. ``issued_shape``: the unknown key looks
+    like one Turnout issued (:func:`looks_issued`), so it is refused even when anonymous clients
+    are served."""
     if principal is not None:
         return principal
-    if anonymous_allowed:
+    if anonymous_allowed and not issued_shape:
         return ANONYMOUS
     if presented:
         raise Unauthorized("Incorrect API key provided", code="invalid_api_key")

@@ -227,3 +227,21 @@ def test_requests_refused_before_routing_are_counted(gateway_url: str) -> None:
     before = metric_value(gateway_url, "turnout_rejected_requests_total", **bad)
     httpx.post(gateway_url + COMPLETIONS, json={"model": "turnout-tiny", "prompt": "1", "max_tokens": "5"})
     assert metric_value(gateway_url, "turnout_rejected_requests_total", **bad) == before + 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"authorization": "Bearer anything"}, 200),  # the openai SDK needs some api_key: anonymous
+        ({"authorization": "Bearer sk-turnout-mistyped"}, 401),  # a key of ours, unknown or revoked
+        ({"api-key": "tadm-not-a-token"}, 401),
+    ],
+)
+def test_with_anonymous_clients_an_unknown_key_of_ours_is_still_refused(
+    gateway_url: str, headers: dict[str, str], status: int
+) -> None:
+    body = {"model": "turnout-tiny", "prompt": "1", "max_tokens": 1}
+    reply = httpx.post(gateway_url + COMPLETIONS, json=body, headers=headers)
+    assert reply.status_code == status
+    if status == 401:
+        assert reply.json()["error"]["code"] == "invalid_api_key"

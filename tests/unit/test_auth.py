@@ -15,6 +15,7 @@ from serving.auth import (
     bearer_token,
     hash_key,
     key_prefix,
+    looks_issued,
     new_key,
 )
 from serving.errors import Forbidden, Unauthorized
@@ -117,7 +118,10 @@ def test_client_api() -> None:
     alice = Principal("alice", "client")
     assert authorize_client(alice, anonymous_allowed=False, presented=True) is alice
     assert authorize_client(None, anonymous_allowed=True, presented=False) is ANONYMOUS
-    assert authorize_client(None, anonymous_allowed=True, presented=True) is ANONYMOUS
+    assert authorize_client(None, anonymous_allowed=True, presented=True) is ANONYMOUS  # api_key="anything"
+    with pytest.raises(Unauthorized, match="Incorrect API key"):  # a mistyped or revoked key of ours
+        authorize_client(None, anonymous_allowed=True, presented=True, issued_shape=True)
+    assert looks_issued("sk-turnout-abc") and looks_issued("tadm-x") and not looks_issued("anything")
     with pytest.raises(Unauthorized, match="Incorrect API key") as wrong:
         authorize_client(None, anonymous_allowed=False, presented=True)
     assert wrong.value.code == "invalid_api_key" and wrong.value.status == 401
