@@ -152,7 +152,8 @@ def _render(args: argparse.Namespace) -> int:
         return _fail(f"--out: cannot write {exc.filename}: {exc.strerror}")
     for path in written:
         print(path)
-    summary = f"rendered {args.target} for {spec.name} ({spec.id}): {len(written)} files in {args.out}"
+    count = f"{len(written)} file" + ("s" if len(written) != 1 else "")
+    summary = f"rendered {args.target} for {spec.name} ({spec.id}): {count} in {args.out}"
     print(summary, file=sys.stderr)
     return 0
 

@@ -66,6 +66,24 @@ def variant_facts(target: str) -> dict[str, dict[str, str]]:
     return found
 
 
+def check_route(target: str, route: str, api_key: str | None) -> None:
+    """Before any load: the target must answer ``/v1/models`` and list ``route`` (a mistyped
+    route made thousands of 404s over the whole run before). RuntimeError says what is wrong."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        reply = httpx.get(f"{target}/v1/models", headers=headers, timeout=10)
+    except httpx.HTTPError as exc:
+        raise RuntimeError(f"cannot reach {target}: {exc}") from None
+    if reply.status_code != 200:
+        raise RuntimeError(f"{target}/v1/models answered {reply.status_code}: {reply.text[:300]}")
+    try:
+        served = [str(model["id"]) for model in reply.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        return  # not an OpenAI model list: let the run say what it can
+    if route not in served:
+        raise RuntimeError(f"{target} does not serve the route {route!r}; it serves: {', '.join(served)}")
+
+
 def _read_records(path: Path) -> list[Record]:
     if not path.exists():
         return []
@@ -101,6 +119,7 @@ def _progress(path: Path, offset: int, seen: list[Record], elapsed: float, total
 
 def run(test: LoadTest, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run the load test; returns the summary it wrote."""
+    check_route(test.target, test.route, test.api_key)
     test.out.mkdir(parents=True, exist_ok=True)
     records_path, steps_path = test.out / "records.jsonl", test.out / "steps.json"
     records_path.unlink(missing_ok=True)

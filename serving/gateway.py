@@ -12,6 +12,7 @@ fallback or a plain HTTP error, never a broken stream.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import random
 import time
@@ -102,7 +103,9 @@ class Gateway:
         shadow, so a load test measures that variant and nothing else."""
         active = self.routes.get(route)
         if active is None:
-            raise NotFound(f"The model '{route}' does not exist", param="model")
+            near = difflib.get_close_matches(route, self.routes, n=1)
+            hint = f"; did you mean '{near[0]}'? (GET /v1/models lists them)" if near else ""
+            raise NotFound(f"The model '{route}' does not exist{hint}", param="model")
         spec = active.spec
         if pinned is not None:
             if pinned not in spec.variants():

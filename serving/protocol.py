@@ -74,7 +74,8 @@ class SamplingFields(WireModel):
         scoring = max_tokens == 0 and extra is not None and extra.get("echo") is True  # score the prompt only
         if max_tokens is not None and max_tokens < 1 and not scoring:
             raise ClientError(
-                f"{max_tokens_field} must be at least 1, got {max_tokens}",
+                f"{max_tokens_field} must be at least 1, got {max_tokens}"
+                + (" (0 only scores the prompt, with echo: true)" if max_tokens == 0 else ""),
                 param=max_tokens_field,
                 code="invalid_value",
             )

@@ -245,3 +245,15 @@ def test_with_anonymous_clients_an_unknown_key_of_ours_is_still_refused(
     assert reply.status_code == status
     if status == 401:
         assert reply.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_a_mistyped_model_gets_a_suggestion_and_max_tokens_0_points_at_echo(gateway_url: str) -> None:
+    typo = httpx.post(gateway_url + CHAT, json={"model": "turnout-tinyy", "messages": OK_MESSAGES})
+    assert typo.status_code == 404
+    hint = "did you mean 'turnout-tiny'? (GET /v1/models lists them)"
+    assert typo.json()["error"]["message"].endswith(hint)
+    far = httpx.post(gateway_url + CHAT, json={"model": "gpt-nine", "messages": OK_MESSAGES})
+    assert far.json()["error"]["message"] == "The model 'gpt-nine' does not exist"
+    zero_tokens = {"model": "turnout-tiny", "prompt": "1", "max_tokens": 0}
+    zero = httpx.post(gateway_url + COMPLETIONS, json=zero_tokens)
+    assert zero.status_code == 400 and "with echo: true" in zero.json()["error"]["message"]

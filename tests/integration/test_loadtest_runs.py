@@ -147,8 +147,21 @@ def test_bad_options_fail_clearly(tmp_path: Path) -> None:
         assert refused.returncode == 2 and said in refused.stderr, refused.stderr
 
 
-def test_a_run_where_every_request_fails_exits_1(split: Launched, tmp_path: Path) -> None:
-    """A wrong route (or a dead target) is not a load test: CI must be able to tell."""
+def test_a_wrong_route_or_a_dead_target_fails_before_any_load(split: Launched, tmp_path: Path) -> None:
+    """Not a load test: CI must be able to tell, and the gateway takes no load for it."""
+    before = _counts(split.url, "ab")
     done = loadtest("--target", split.url, "--route", "nope", "--users", "1", "--duration", "1s",
                     "--out", str(tmp_path))  # fmt: skip
-    assert done.returncode == 1 and "every request failed (http_404 " in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"{split.url} does not serve the route 'nope'; it serves: ab" in done.stderr
+    dead = loadtest("--target", "http://127.0.0.1:9", "--route", "ab", "--users", "1", "--duration", "1s",
+                    "--out", str(tmp_path))  # fmt: skip
+    assert dead.returncode == 1 and "cannot reach http://127.0.0.1:9" in dead.stderr
+    assert _counts(split.url, "ab") == before
+
+
+def test_a_run_where_every_request_fails_exits_1(split: Launched, tmp_path: Path) -> None:
+    """Listed but failing (here: pinned to a variant the route does not use, every request a 400)."""
+    done = loadtest("--target", split.url, "--route", "ab", "--variant", "c", "--users", "1",
+                    "--duration", "1s", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 1 and "every request failed (http_400 " in done.stderr, done.stderr[-2000:]
