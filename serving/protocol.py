@@ -85,6 +85,15 @@ class SamplingFields(WireModel):
             raise ClientError("seed must be a 64-bit integer", param="seed", code="invalid_value")
         if self.stream_options is not None and not self.stream:
             raise ClientError("stream_options is only allowed when stream is true", param="stream_options")
+        if self.stream_options is not None and (self.stream_options.model_extra or {}).get(
+            "continuous_usage_stats"
+        ):  # vLLM's usage on every chunk: not produced here, so not silently dropped either
+            raise ClientError(
+                "stream_options.continuous_usage_stats is not supported; include_usage gives the "
+                "usage in a last chunk",
+                param="stream_options.continuous_usage_stats",
+                code="unsupported_value",
+            )
         if isinstance(self.stop, list) and len(self.stop) > _MAX_STOP_SEQUENCES:
             raise ClientError(f"at most {_MAX_STOP_SEQUENCES} stop sequences", param="stop")
         if extra:

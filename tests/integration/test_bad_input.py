@@ -162,6 +162,18 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
     ),
     ("unknown token id", COMPLETIONS, {"model": "turnout-tiny", "prompt": [1, 2, 99999]}, 400, "prompt"),
     ("unknown model", CHAT, {"model": "gpt-nine", "messages": OK_MESSAGES}, 404, "model"),
+    (
+        "continuous usage stats",
+        CHAT,
+        {
+            "model": "turnout-tiny",
+            "messages": OK_MESSAGES,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+        400,
+        "stream_options.continuous_usage_stats",
+    ),
     ("oversized body", COMPLETIONS, {"model": "turnout-tiny", "prompt": "x" * 2_000_000}, 413, None),
 ]
 
