@@ -74,8 +74,17 @@ class AdminClient:
         headers = {"If-Match": f'"{version}"'} if version is not None else {}
         try:
             response = self._http.request(method, path, json=body, headers=headers)
-        except httpx.TransportError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
             raise ApiError(None, f"cannot reach the gateway at {self.url}: {exc}") from None
+        except httpx.TransportError as exc:
+            if method == "GET":
+                raise ApiError(None, f"the gateway at {self.url} did not answer: {exc}") from None
+            # Sent, but no answer: the change may well be stored (re-running it would add another).
+            raise ApiError(
+                None,
+                f"the gateway at {self.url} took the request but did not answer ({exc}): the change "
+                f"may have been stored; check `turnout routes history` before running it again",
+            ) from None
         if response.status_code >= 400:
             raise ApiError(response.status_code, _error_message(response))
         return response.json()

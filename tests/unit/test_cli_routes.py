@@ -367,6 +367,24 @@ def test_diff_and_unknown_route(capsys: pytest.CaptureFixture[str]) -> None:
     assert "turnout: 404 no route 'nope'" in capsys.readouterr().err
 
 
+class StoresThenHangsUp(FakeAdmin):
+    """The write lands, then the connection drops before the answer (a gateway killed mid-reply)."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        answer = super().__call__(request)
+        if request.method == "PUT":
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return answer
+
+
+def test_a_write_whose_answer_was_lost_says_it_may_be_stored(capsys: pytest.CaptureFixture[str]) -> None:
+    fake = StoresThenHangsUp({"chat": [AB]})
+    assert turnout_routes(fake, "weights", "chat", "a=1") == 1
+    err = capsys.readouterr().err
+    assert "took the request but did not answer" in err and "check `turnout routes history`" in err
+    assert len(fake.routes["chat"]) == 2  # it was stored indeed
+
+
 def test_unreachable_gateway_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args(["routes", "list", "--url", "http://127.0.0.1:9"])
     assert run(args) == 1
