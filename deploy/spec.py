@@ -72,6 +72,7 @@ from pydantic import (
 from deploy import accelerators, strict_yaml
 from deploy.accelerators import Vendor
 from deploy.model_facts import ModelFacts, ModelFactsError, facts_from_hf_folder, named_facts
+from deploy.unknown_keys import unknown_key_message
 
 Engine = Literal["vllm", "trtllm", "triton-trtllm", "triton-vllm", "onnxruntime-genai"]
 ENGINES: tuple[Engine, ...] = ("vllm", "trtllm", "triton-trtllm", "triton-vllm", "onnxruntime-genai")
@@ -264,8 +265,8 @@ def parse_spec(data: object, source: str = "<spec>", base_dir: Path | None = Non
         for error in exc.errors():
             where = _field_path(error["loc"]) or "(top level)"
             message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-            if error["type"] == "extra_forbidden":
-                message = "unknown field"
+            if error["type"] == "extra_forbidden":  # a typo, most often: name the nearest field
+                message = unknown_key_message(VariantSpec, error["loc"], noun="field")
             lines.append(f"  {where}: {message}")
         raise SpecError("\n".join(lines)) from None
 

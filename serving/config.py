@@ -24,6 +24,7 @@ from pydantic import (
 
 from backends.settings import EmbeddedSettings, VariantSettings
 from deploy import strict_yaml
+from deploy.unknown_keys import unknown_key_message
 from serving.errors import ConfigError
 from serving.routing.spec import RouteSpec, WeightedTarget, problems
 from serving.spec_variants import SpecVariant, spec_aliases
@@ -195,6 +196,8 @@ def parse_config(data: object, source: str = "<config>", base_dir: Path | None =
         for error in exc.errors():
             where = _field_path(error["loc"])
             message = str(error["msg"]).removeprefix("Value error, ")
+            if error["type"] == "extra_forbidden":  # a typo, most often: name the nearest key
+                message = unknown_key_message(GatewayConfig, error["loc"])
             # A whole-config check (a route naming an unknown variant) names its field itself.
             lines.append(f"  {where}: {message}" if where else f"  {message}")
         raise ConfigError("\n".join(lines)) from None

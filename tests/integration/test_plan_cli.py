@@ -85,6 +85,10 @@ def test_validate_problems_exit_1(tmp_path: Path, extra: str, field: str) -> Non
     [
         ("accelerator: h100\n", "accelerator: unknown accelerator 'h100'"),
         ("kv_cache: {max_model_len: 8192, size: 3}\n", "kv_cache.size: unknown field"),
+        (
+            "kv_cache: {max_model_len: 8192, dtpye: fp8}\n",
+            "kv_cache.dtpye: unknown field; did you mean 'dtype'?",
+        ),
     ],
 )
 def test_malformed_spec_exits_2_with_file_and_field(tmp_path: Path, extra: str, where: str) -> None:

@@ -58,11 +58,15 @@ def test_default_config_serves_three_precisions() -> None:
     [
         (GOOD.replace("precision: int8", "precision: int3"), "variants.local.precision"),
         (GOOD.replace("max_batch_size: 8", "max_batch_size: 0"), "variants.local.batching.max_batch_size"),
-        (GOOD.replace("model: tiny", "modle: tiny"), "variants.remote.modle"),
+        (
+            GOOD.replace("model: tiny", "modle: tiny"),
+            "variants.remote.modle: unknown key; did you mean 'model'?",
+        ),
         (GOOD.replace("kind: openai_http", "kind: grpc"), "variants.remote"),
         (GOOD.replace("{variant: local}", "{variant: nowhere}"), "unknown variant 'nowhere'"),
         (GOOD.replace("port: 9000", "port: 70000"), "server.port"),
-        (GOOD + "extra_section: 1\n", "extra_section"),
+        (GOOD + "extra_section: 1\n", "extra_section: unknown key"),
+        (GOOD.replace("max_batch_size: 8", "max_batch_sze: 8"), "did you mean 'max_batch_size'?"),
         ("routes: {}\n", "variants"),
         ("- a list\n", "expected a mapping"),
         ("variants: [\n", "not valid YAML"),
