@@ -187,8 +187,10 @@ def _report(rv: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rv, indent=2))
         return 0
-    split = describe_primaries(validate_spec(rv["spec"]))
-    print(f"{rv['route']}: version {rv['version']} ({rv['action']}): {split}")
+    spec = validate_spec(rv["spec"])
+    shadows = ", ".join(f"{s.variant} {100 * s.sample_rate:g}%" for s in spec.shadows)
+    tail = f"; shadows: {shadows}" if shadows else ""
+    print(f"{rv['route']}: version {rv['version']} ({rv['action']}): {describe_primaries(spec)}{tail}")
     return 0
 
 

@@ -311,6 +311,12 @@ def test_weights_reads_then_writes_with_if_match(capsys: pytest.CaptureFixture[s
     assert capsys.readouterr().out.strip() == "chat: version 3 (set): b 40%, a 60%"
 
 
+def test_adding_a_shadow_reports_it(capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeAdmin({"chat": [AB]})
+    assert turnout_routes(fake, "shadow", "chat", "--add", "c", "--rate", "0.25") == 0
+    assert capsys.readouterr().out.strip() == "chat: version 2 (set): a 70%, b 30%; shadows: c 25%"
+
+
 def test_a_conflict_exits_1_with_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fake = FakeAdmin({"chat": [AB, AB]})
     spec_file = tmp_path / "spec.json"
