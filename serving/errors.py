@@ -70,6 +70,10 @@ class Unauthorized(ClientError):
     error_type = "authentication_error"
     default_code = "invalid_api_key"
 
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.headers.setdefault("www-authenticate", 'Bearer realm="turnout"')  # a 401 must say how (RFC 9110)
+
 
 class ClientClosedRequest(ClientError):
     """The client hung up before the answer was ready (nginx's 499; nobody reads the reply)."""

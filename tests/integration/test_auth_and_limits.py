@@ -66,7 +66,7 @@ def _with_key(base: str, key: str | None, **body: object) -> httpx.Response:
 def test_without_a_known_key_clients_get_401(setup: tuple[Launched, Path]) -> None:
     gateway, _ = setup
     missing = chat(gateway.url)
-    assert missing.status_code == 401
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == 'Bearer realm="turnout"'
     assert missing.json()["error"]["code"] == "invalid_api_key"
     assert _with_key(gateway.url, "sk-turnout-made-up").status_code == 401
     assert httpx.get(f"{gateway.url}/v1/models").status_code == 401
