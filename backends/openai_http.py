@@ -57,7 +57,6 @@ class UpstreamClientError(ClientError):
         self.status = status
         if error_type:
             self.error_type = error_type
-        self.retry_after = (headers or {}).get("retry-after")
 
 
 def _error_fields(body: bytes) -> tuple[str | None, str | None, str | None, str | None]:
@@ -83,20 +82,16 @@ def _error_fields(body: bytes) -> tuple[str | None, str | None, str | None, str 
 class UpstreamOverloaded(Overloaded):
     """The upstream answered 429: it (or its provider's limit) is saturated, not the request wrong.
 
-    An :class:`Overloaded`, so the gateway tries the route's fallbacks and the breaker does not
-    count it as a failure (LiteLLM falls back on a provider's 429 alike); if every attempt
-    fails, the client gets the 429 with the upstream's ``Retry-After``, as given."""
+    An :class:`Overloaded`, so the gateway tries the route's fallbacks and leaves the breaker
+    as it was (LiteLLM falls back on a provider's 429 alike); if every attempt fails, the client
+    gets the 429 with the upstream's ``Retry-After``, as given."""
 
     default_code = "rate_limit_exceeded"
 
     def __init__(self, message: str, *, code: str | None, retry_after: str | None) -> None:
-        TurnoutError.__init__(
-            self,
-            message,
-            code=code,
-            headers={"retry-after": retry_after} if retry_after is not None else None,
-        )
-        self.retry_after = int(retry_after) if retry_after is not None and retry_after.isdigit() else 1
+        # The upstream's Retry-After as given (seconds or an HTTP date), else 1 s as every other
+        # 429 of the gateway; not Overloaded.__init__, which takes seconds only.
+        TurnoutError.__init__(self, message, code=code, headers={"retry-after": retry_after or "1"})
 
 
 def status_error(name: str, status: int, body: bytes, retry_after: str | None) -> TurnoutError:

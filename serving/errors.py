@@ -92,7 +92,6 @@ class Overloaded(ClientError):
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         seconds = max(1, round(retry_after))
         super().__init__(message, headers={"retry-after": str(seconds)})
-        self.retry_after = seconds
 
 
 class BackendError(TurnoutError):

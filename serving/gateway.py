@@ -180,13 +180,20 @@ class Gateway:
     async def _attempts(
         self, routed: Routed, endpoint: str, call: Callable[[Backend], Awaitable[T]]
     ) -> tuple[str, T, float]:
-        """Try the primary, its retries, then the fallbacks; skip variants whose breaker is open."""
+        """Try the primary, its retries, then the fallbacks; skip variants whose breaker is open.
+
+        A failure (5xx, timeout, unreachable) counts against the variant's breaker; an overload
+        (429: a full queue or connection pool, an upstream's own 429) leaves the breaker as it
+        was and that variant is not retried for this request, only the fallbacks."""
         decision = routed.decision
         candidates = [decision.primary] * (1 + routed.route.spec.retries) + list(decision.fallbacks)
         last_error: TurnoutError | None = None
         skipped: list[str] = []
         failed: list[str] = []
+        overloaded: set[str] = set()
         for variant in candidates:
+            if variant in overloaded:  # retrying an overloaded variant at once only adds to its load
+                continue
             breaker = self.breakers[variant]
             if not breaker.allow(self._clock()):
                 skipped.append(variant)
@@ -197,7 +204,11 @@ class Gateway:
             try:
                 result = await call(self.backends[variant])
             except (BackendError, Overloaded) as exc:
-                self._breaker_record(variant, isinstance(exc, Overloaded))
+                if isinstance(exc, Overloaded):  # says nothing of the variant's health either way
+                    breaker.release(self._clock())
+                    overloaded.add(variant)
+                else:
+                    self._breaker_record(variant, False)
                 self._sample(routed, variant, exc.status, started, None)
                 self.metrics.attempts_failed.labels(routed.route.name, variant, str(exc.status)).inc()
                 failed.append(f"{variant} {exc.status}")

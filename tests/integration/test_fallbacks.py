@@ -49,6 +49,11 @@ def servers() -> Iterator[dict[str, FaultServer]]:
 def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultServer]) -> Iterator[Launched]:
     variants = {name: fault_variant(server) for name, server in servers.items()}
     variants["stall"] = fault_variant(servers["stall"], read_timeout=1.0)
+    variants["narrow-hung"] = {  # one connection, its answers given up on after 0.5 s
+        **fault_variant(servers["plain"], read_timeout=0.5),
+        "max_connections": 1,
+        "timeouts": {"connect": 1.0, "read": 0.5, "pool": 0.2},
+    }
     variants["narrow"] = {  # one connection, given up on after 0.2 s
         **fault_variant(servers["plain"]),
         "max_connections": 1,
@@ -66,6 +71,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultSe
         "everything-fails": route("busy", fallbacks=["unavailable", "flaky"]),
         "flaky-alone": route("flaky"),
         "narrow-alone": route("narrow"),
+        "narrow-hung": route("narrow-hung", retries=2),
         "narrow-fallback": route("narrow", fallbacks=["good"]),
         "client-error": route("plain", fallbacks=["good"]),
         "cut": route("cut", fallbacks=["good"]),
@@ -215,3 +221,21 @@ def test_x_turnout_variant_pins_one_of_the_routes_variants_without_fallback(gate
     error = wrong.json()["error"]
     assert error["code"] == "unknown_variant" and error["param"] == "x-turnout-variant"
     assert error["message"].endswith("its variants: flaky, good")
+
+
+def test_a_hung_upstream_behind_a_full_pool_still_opens_its_breaker(gateway: Launched) -> None:
+    """Its timeouts count; the 429s of requests that found the pool full must not reset them."""
+
+    def hammer() -> None:
+        until = time.monotonic() + 2.5
+        while time.monotonic() < until:
+            chat(gateway.url, "narrow-hung", x_fault="latency=3000")
+
+    workers = [threading.Thread(target=hammer) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(10)
+    assert metric_value(gateway.url, "turnout_circuit_open", variant="narrow-hung") == 1
+    # an overloaded variant is not retried for the same request (retries: 2 would try it thrice)
+    assert metric_value(gateway.url, "turnout_attempts_failed_total", variant="narrow-hung", status="429") > 0
