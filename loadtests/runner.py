@@ -66,9 +66,11 @@ def variant_facts(target: str) -> dict[str, dict[str, str]]:
     return found
 
 
-def check_route(target: str, route: str, api_key: str | None) -> None:
+def check_route(target: str, route: str, api_key: str | None, variant: str | None = None) -> None:
     """Before any load: the target must answer ``/v1/models`` and list ``route`` (a mistyped
-    route made thousands of 404s over the whole run before). RuntimeError says what is wrong."""
+    route made thousands of 404s over the whole run before), and with ``variant`` one pinned
+    request must be taken (a variant the route does not use, or a key that may not pin, is a
+    4xx for every request). RuntimeError says what is wrong."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         reply = httpx.get(f"{target}/v1/models", headers=headers, timeout=10)
@@ -82,6 +84,14 @@ def check_route(target: str, route: str, api_key: str | None) -> None:
         return  # not an OpenAI model list: let the run say what it can
     if route not in served:
         raise RuntimeError(f"{target} does not serve the route {route!r}; it serves: {', '.join(served)}")
+    if variant is None:
+        return
+    probe = {"model": route, "prompt": "1", "max_tokens": 1}
+    reply = httpx.post(
+        f"{target}/v1/completions", json=probe, headers={**headers, "x-turnout-variant": variant}, timeout=60
+    )
+    if 400 <= reply.status_code < 500:
+        raise RuntimeError(f"--variant {variant}: {target} answered {reply.status_code}: {reply.text[:300]}")
 
 
 def _read_records(path: Path) -> list[Record]:
@@ -119,7 +129,7 @@ def _progress(path: Path, offset: int, seen: list[Record], elapsed: float, total
 
 def run(test: LoadTest, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run the load test; returns the summary it wrote."""
-    check_route(test.target, test.route, test.api_key)
+    check_route(test.target, test.route, test.api_key, test.variant)
     test.out.mkdir(parents=True, exist_ok=True)
     records_path, steps_path = test.out / "records.jsonl", test.out / "steps.json"
     records_path.unlink(missing_ok=True)

@@ -54,6 +54,7 @@ class Routed:
     route: ActiveRoute
     decision: Decision
     served_by: str
+    pinned: bool = False  # x-turnout-variant chose the variant: not a sample of the route's traffic
 
 
 class Gateway:
@@ -99,8 +100,9 @@ class Gateway:
         self, route: str, header_key: str | None, user: str | None, pinned: str | None = None
     ) -> Routed:
         """The route's decision for this request; ``pinned`` (the ``x-turnout-variant`` request
-        header) names one of the route's own variants to serve it alone: no split, fallback or
-        shadow, so a load test measures that variant and nothing else."""
+        header, an operator's) names one of the route's own variants to serve it alone: no split,
+        fallback or shadow, so a load test measures that variant and nothing else; a running
+        canary's judge does not count it."""
         active = self.routes.get(route)
         if active is None:
             near = difflib.get_close_matches(route, self.routes, n=1)
@@ -115,7 +117,7 @@ class Gateway:
                     param="x-turnout-variant",
                     code="unknown_variant",
                 )
-            return Routed(active, Decision(pinned), pinned)
+            return Routed(active, Decision(pinned), pinned, pinned=True)
         sticky = spec.sticky
         if sticky == "auto":
             key = header_key or user
@@ -308,7 +310,7 @@ class Gateway:
         self, routed: Routed, variant: str, status: int, at: float, elapsed: float, ttft: float | None
     ) -> None:
         plan = routed.route.spec.canary
-        if plan is None or status == 499 or variant not in (plan.stable, plan.canary):
+        if plan is None or status == 499 or routed.pinned or variant not in (plan.stable, plan.canary):
             return
         sample = Sample(at, not counts_as_error(status), elapsed, ttft)
         self.observations.record(routed.route.name, variant, sample)

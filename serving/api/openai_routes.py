@@ -31,6 +31,7 @@ from serving.api.state import AppState
 from serving.errors import (
     ClientClosedRequest,
     ClientError,
+    Forbidden,
     InternalError,
     NotFound,
     PayloadTooLarge,
@@ -346,6 +347,12 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
         route = wire.model
         pinned = headers_in.get("x-turnout-variant")
         if pinned is not None:  # a spec-backed variant may be named by its spec name too
+            if principal.role not in ("operator", "admin"):  # clients take the route's split
+                raise Forbidden(
+                    "x-turnout-variant (serving one variant of a route, for tests) needs an "
+                    "operator or admin token; a client key or an anonymous caller cannot pin",
+                    param="x-turnout-variant",
+                )
             pinned = state.variant_aliases.get(pinned, pinned)
         routed = state.gateway.choose(route, headers_in.get("x-turnout-key"), wire.user, pinned)
         headers["x-turnout-route-version"] = str(routed.route.version)

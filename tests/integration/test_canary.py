@@ -18,6 +18,7 @@ import pytest
 from backends.fault import FaultServer
 from serving.launcher import Launched
 from tests.integration.control_plane import (
+    ADMIN_TOKEN,
     admin,
     chat,
     eventually,
@@ -147,3 +148,15 @@ def test_after_a_restart_a_step_counts_time_from_the_restart_not_the_downtime(
     assert promoted["action"] == "canary-promote", promoted
     assert promoted["created_at"] - back_at >= 3.0, promoted["reason"]  # ~4 s after it started judging
     assert "held:" in promoted["reason"] and " over 4 s" in promoted["reason"]
+
+
+def test_pinned_requests_do_not_decide_a_canary(gateway: Launched) -> None:
+    """An operator's load test pinned to the canary (x-turnout-variant) is not its traffic sample."""
+    gates = [{"metric": "error_rate", "max": 0.1}]
+    _start_canary(gateway.url, "failing", gates, steps=[10, 100], min_requests=5, min_duration_s=0)
+    pinned = {"authorization": f"Bearer {ADMIN_TOKEN}", "x-turnout-variant": "failing"}
+    replies = [chat(gateway.url, headers=pinned) for _ in range(12)]
+    assert {r.status_code for r in replies} <= {502, 503}  # its own failures (then its open breaker)
+    time.sleep(1.0)  # five judge ticks
+    current = _current(gateway.url)
+    assert current["version"] == 2 and current["action"] == "set", current["reason"]

@@ -16,7 +16,14 @@ import pytest
 
 from backends.fault import FaultServer
 from serving.launcher import Launched
-from tests.integration.control_plane import chat, fault_variant, metric_value, running_gateway, write_config
+from tests.integration.control_plane import (
+    ADMIN_TOKEN,
+    chat,
+    fault_variant,
+    metric_value,
+    running_gateway,
+    write_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -211,12 +218,16 @@ def test_a_full_connection_pool_is_a_429_and_not_the_upstreams_failure(gateway: 
 
 
 def test_x_turnout_variant_pins_one_of_the_routes_variants_without_fallback(gateway: Launched) -> None:
-    """As `turnout loadtest --variant` sends it: that variant alone, or a 400 naming the others."""
-    good = chat(gateway.url, "fallback", headers={"x-turnout-variant": "good"})
+    """As `turnout loadtest --variant` sends it: that variant alone, or a 400 naming the others;
+    only an operator or admin may pin (clients take the route's split)."""
+    client = chat(gateway.url, "fallback", headers={"x-turnout-variant": "good"})
+    assert client.status_code == 403 and client.json()["error"]["param"] == "x-turnout-variant"
+    operator = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    good = chat(gateway.url, "fallback", headers={**operator, "x-turnout-variant": "good"})
     assert good.status_code == 200 and good.headers["x-turnout-variant"] == "good"
-    busy = chat(gateway.url, "busy-fallback", headers={"x-turnout-variant": "busy"})
+    busy = chat(gateway.url, "busy-fallback", headers={**operator, "x-turnout-variant": "busy"})
     assert busy.status_code == 429 and busy.headers["x-turnout-variant"] == "busy"  # no fallback to good
-    wrong = chat(gateway.url, "fallback", headers={"x-turnout-variant": "plain"})
+    wrong = chat(gateway.url, "fallback", headers={**operator, "x-turnout-variant": "plain"})
     assert wrong.status_code == 400
     error = wrong.json()["error"]
     assert error["code"] == "unknown_variant" and error["param"] == "x-turnout-variant"

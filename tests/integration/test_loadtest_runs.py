@@ -19,7 +19,13 @@ import pytest
 
 from backends.fault import FaultServer
 from serving.launcher import Launched, gateway_process
-from tests.integration.control_plane import fault_variant, metric_value, write_config
+from tests.integration.control_plane import (
+    ADMIN_TOKEN,
+    fault_variant,
+    metric_value,
+    running_gateway,
+    write_config,
+)
 
 # Look, do not import: importing locust would gevent-patch the whole test process.
 if importlib.util.find_spec("locust") is None:
@@ -40,10 +46,14 @@ def embedded() -> Iterator[Launched]:
 @pytest.fixture(scope="module")
 def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
     with FaultServer(reply="a b c d") as a, FaultServer(reply="e f g h") as b:
-        variants = {"a": fault_variant(a), "b": fault_variant(b)}
-        routes = {"ab": {"targets": [{"variant": "a", "weight": 50}, {"variant": "b", "weight": 50}]}}
+        dead = {**fault_variant(a), "base_url": "http://127.0.0.1:9/v1"}  # nothing listens there
+        variants = {"a": fault_variant(a), "b": fault_variant(b), "dead": dead}
+        routes = {
+            "ab": {"targets": [{"variant": "a", "weight": 50}, {"variant": "b", "weight": 50}]},
+            "dead": {"targets": [{"variant": "dead"}]},
+        }
         config = write_config(tmp_path_factory.mktemp("lt") / "gateway.yaml", variants, routes)
-        with gateway_process(config) as launched:
+        with running_gateway(config) as launched:  # with the admin token: --variant needs one
             yield launched
 
 
@@ -99,12 +109,19 @@ def test_variant_pins_a_split_routes_variant(split: Launched, tmp_path: Path) ->
     """`--variant b` measures b alone, as the README's pricing workflow needs."""
     before = {v: _counts(split.url, "ab", variant=v) for v in ("a", "b")}
     done = loadtest("--target", split.url, "--route", "ab", "--variant", "b", "--users", "4",
-                    "--duration", "3s", "--no-stream", "--out", str(tmp_path))  # fmt: skip
+                    "--duration", "3s", "--no-stream", "--api-key", ADMIN_TOKEN,
+                    "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["per_variant"]) == {"b"} and summary["per_variant"]["b"]["requests"] > 10
     assert _counts(split.url, "ab", variant="a") == before["a"]
-    assert _counts(split.url, "ab", variant="b") - before["b"] == summary["per_variant"]["b"]["requests"]
+    served_by_b = _counts(split.url, "ab", variant="b") - before["b"]
+    assert served_by_b == summary["per_variant"]["b"]["requests"] + 1  # + the preflight's one request
+    for variant, key, said in (("c", ADMIN_TOKEN, "answered 400"), ("b", None, "answered 403")):
+        key_args = ("--api-key", key) if key else ()
+        refused = loadtest("--target", split.url, "--route", "ab", "--variant", variant, "--users", "1",
+                           "--duration", "1s", *key_args, "--out", str(tmp_path))  # fmt: skip
+        assert refused.returncode == 1 and f"--variant {variant}: {split.url} {said}" in refused.stderr
 
 
 def test_a_ramp_stops_at_the_first_step_over_its_slo(split: Launched, tmp_path: Path) -> None:
@@ -161,7 +178,7 @@ def test_a_wrong_route_or_a_dead_target_fails_before_any_load(split: Launched, t
 
 
 def test_a_run_where_every_request_fails_exits_1(split: Launched, tmp_path: Path) -> None:
-    """Listed but failing (here: pinned to a variant the route does not use, every request a 400)."""
-    done = loadtest("--target", split.url, "--route", "ab", "--variant", "c", "--users", "1",
+    """Listed but failing (here: its only variant's server is down, every request a 503)."""
+    done = loadtest("--target", split.url, "--route", "dead", "--users", "1",
                     "--duration", "1s", "--out", str(tmp_path))  # fmt: skip
-    assert done.returncode == 1 and "every request failed (http_400 " in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 1 and "every request failed (http_503 " in done.stderr, done.stderr[-2000:]
