@@ -49,10 +49,11 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 class ApiError(Exception):
     """The admin API answered with an error status (``status`` None: it could not be reached)."""
 
-    def __init__(self, status: int | None, message: str) -> None:
+    def __init__(self, status: int | None, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code  # the OpenAI-shape error's code, when the API gave one
 
 
 class AdminClient:
@@ -86,8 +87,16 @@ class AdminClient:
                 f"may have been stored; check `turnout routes history` before running it again",
             ) from None
         if response.status_code >= 400:
-            raise ApiError(response.status_code, _error_message(response))
+            raise ApiError(response.status_code, _error_message(response), _error_code(response))
         return response.json()
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+    return str(error["code"]) if isinstance(error, dict) and error.get("code") else None
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -316,7 +325,7 @@ def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = Non
     except ApiError as exc:
         prefix = "turnout:" if exc.status is None else f"turnout: {exc.status}"
         print(f"{prefix} {exc.message}", file=sys.stderr)
-        if exc.status == 409:
+        if exc.status == 409 and exc.code == "version_conflict":  # not "already_rolled_back"
             print(
                 "  the route changed since it was read: re-run the command to apply it to the "
                 f"current version (see `turnout routes history {args.name}`)",

@@ -119,6 +119,7 @@ def test_two_rollbacks_at_once_do_not_undo_each_other(gateway: Launched, tmp_pat
     assert chat(gateway.url, "twice").headers["x-turnout-variant"] == "a"
     again = routes(gateway, "rollback", "twice")  # after the fact too: a rollback is not undone
     assert again.returncode == 1 and "itself a rollback" in again.stderr and "--to N" in again.stderr
+    assert "re-run the command" not in again.stderr  # that hint is for a stale If-Match only
     assert routes(gateway, "rollback", "twice", "--to", "2").returncode == 0  # asked for by name
 
 

@@ -281,16 +281,16 @@ class FakeAdmin:
         if request.method == "PUT":
             match = request.headers.get("if-match")
             if match is not None and match != f'"{len(versions)}"':
-                return self.error(409, "route 'chat' is at version 2, not 1")
+                return self.error(409, "route 'chat' is at version 2, not 1", "version_conflict")
             versions.append(RouteSpec.model_validate(json.loads(request.content)["spec"]))
             self.routes[name] = versions
             return httpx.Response(200, json=rv(versions[-1], len(versions)))
         return self.error(405, "not in the fake")
 
     @staticmethod
-    def error(status: int, message: str) -> httpx.Response:
+    def error(status: int, message: str, code: str | None = None) -> httpx.Response:
         return httpx.Response(
-            status, json={"error": {"message": message, "type": "x", "param": None, "code": None}}
+            status, json={"error": {"message": message, "type": "x", "param": None, "code": code}}
         )
 
 
