@@ -270,7 +270,9 @@ def _canary(client: AdminClient, args: argparse.Namespace) -> int:
     )
     require_a_gate(gates, evals)  # before asking the gateway anything
     spec, version = _current(client, args.name)
-    edited = start_canary(spec, args.canary, steps, args.min_requests, args.min_duration, gates, evals)
+    edited = start_canary(
+        spec, args.canary, steps, args.min_requests, args.min_duration, gates, evals, route=args.name
+    )
     plan = edited.canary
     assert plan is not None
     text = ",".join(f"{step:g}" for step in plan.steps)

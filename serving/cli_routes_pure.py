@@ -18,7 +18,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from serving.routing.spec import CanaryPlan, EvalGate, RouteSpec, ShadowTarget, SloGate, WeightedTarget
+from serving.routing.spec import (
+    CanaryPlan,
+    EvalGate,
+    RouteSpec,
+    ShadowTarget,
+    SloGate,
+    WeightedTarget,
+    describe_split,
+    live_targets,
+)
 
 
 class EditError(ValueError):
@@ -199,20 +208,22 @@ def start_canary(
     min_duration_s: float,
     gates: list[SloGate],
     evals: EvalGate | None = None,
+    route: str = "NAME",
 ) -> RouteSpec:
     if spec.canary is not None:
         raise EditError(f"a canary of '{spec.canary.canary}' is already running; abort it first (--abort)")
     require_a_gate(gates, evals)
-    if len(spec.targets) > 1:  # the canary's stable/canary split would silently replace this one
-        split = ", ".join(f"{t.variant} {t.weight:g}" for t in spec.targets)
+    split = live_targets(spec)
+    if len(split) > 1:  # the canary's stable/canary split would silently replace this one
         raise EditError(
-            f"the route splits its traffic ({split}); a canary moves traffic from one stable variant: "
-            f"put the route on one first (`turnout routes weights NAME {stable_target(spec)}=1`)"
+            f"the route splits its traffic ({describe_split(split)}); a canary moves traffic from one "
+            f"stable variant: put the route on one first (`turnout routes weights {route} "
+            f"{stable_target(spec)}=1`)"
         )
-    if canary in {s.variant for s in spec.shadows}:
+    if canary in {s.variant for s in spec.shadows}:  # the spec refuses it too, less helpfully
         raise EditError(
             f"'{canary}' is a shadow of this route; remove the shadow first "
-            f"(`turnout routes shadow NAME --remove {canary}`)"
+            f"(`turnout routes shadow {route} --remove {canary}`)"
         )
     data = {
         "stable": stable_target(spec),

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from serving.api.state import AppState
 from serving.auth import Role
 from serving.errors import ClientError, Unprocessable
-from serving.routing.spec import RouteSpec, problems
+from serving.routing.spec import RouteSpec, describe_split, live_targets, problems
 from serving.store import RouteVersion
 
 
@@ -81,6 +81,13 @@ def _parse_spec(data: object, known: frozenset[str], aliases: dict[str, str]) ->
     found = problems(spec, known)
     if found:
         raise Unprocessable("spec." + "; spec.".join(found), param="spec")
+    split = live_targets(spec)
+    if spec.canary is not None and len(split) > 1:  # the canary's own split would replace this one
+        raise Unprocessable(
+            f"spec.canary: a canary moves traffic from one stable variant, but the targets split it "
+            f"({describe_split(split)}): give the route one target",
+            param="spec.canary",
+        )
     return spec
 
 

@@ -215,6 +215,15 @@ class RouteSpec(BaseModel):
         return found
 
 
+def live_targets(spec: RouteSpec) -> list[WeightedTarget]:
+    """The targets that get traffic (weight above 0)."""
+    return [t for t in spec.targets if t.weight > 0]
+
+
+def describe_split(targets: list[WeightedTarget]) -> str:
+    return ", ".join(f"{t.variant} {t.weight:g}" for t in targets)
+
+
 def problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list[str]:
     """What is wrong with ``spec`` given the configured variants (empty when it can serve)."""
     found: list[str] = []

@@ -138,6 +138,14 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         {"targets": [{"variant": "a"}], "canary": {"stable": "a", "canary": "b", "gates": []}},
         "a canary needs at least one gate (gates or eval_gate)",
     ),
+    (
+        "canary on a split",
+        {
+            "targets": [{"variant": "a", "weight": 70}, {"variant": "b", "weight": 30}],
+            "canary": {"stable": "a", "canary": "b", "gates": [{"metric": "error_rate", "max": 0.1}]},
+        },
+        "spec.canary: a canary moves traffic from one stable variant, but the targets split it (a 70, b 30)",
+    ),
     ("negative weight", {"targets": [{"variant": "a", "weight": -1}]}, "spec.targets.0.weight"),
     ("unknown field", {"targets": [{"variant": "a"}], "weights": {}}, "spec.weights"),
 ]

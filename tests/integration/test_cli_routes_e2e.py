@@ -80,7 +80,7 @@ def test_operator_walkthrough(gateway: Launched) -> None:
 
     canary_args = ("canary", "chat", "--canary", "b", "--steps", "10,50,100", "--max-error-rate", "0.05")
     on_a_split = routes(gateway, *canary_args)  # a=70 b=30: the canary would drop that split
-    assert on_a_split.returncode == 2 and "`turnout routes weights NAME a=1`" in on_a_split.stderr
+    assert on_a_split.returncode == 2 and "`turnout routes weights chat a=1`" in on_a_split.stderr
     assert routes(gateway, "weights", "chat", "a=1").returncode == 0
     canary = routes(gateway, *canary_args)
     assert canary.returncode == 0, canary.stderr

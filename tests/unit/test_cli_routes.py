@@ -138,8 +138,10 @@ def test_a_canary_is_refused_on_a_split_or_for_a_shadow_naming_the_fix() -> None
     split = r"splits its traffic \(a 70, b 30\).*`turnout routes weights NAME a=1`"
     with pytest.raises(EditError, match=split):
         start_canary(AB, "c", [10, 100], 50, 30, gates)
-    with pytest.raises(EditError, match=r"'s' is a shadow.*`turnout routes shadow NAME --remove s`"):
-        start_canary(ONLY_A, "s", [10, 100], 50, 30, gates)
+    with pytest.raises(EditError, match=r"'s' is a shadow.*`turnout routes shadow chat --remove s`"):
+        start_canary(ONLY_A, "s", [10, 100], 50, 30, gates, route="chat")
+    muted = spec_of(targets=[{"variant": "a", "weight": 1}, {"variant": "b", "weight": 0}])
+    assert start_canary(muted, "c", [10, 100], 50, 30, gates).canary is not None  # b gets nothing
 
 
 def test_canary_starts_from_the_single_target_and_aborts_to_it() -> None:
