@@ -12,8 +12,10 @@ do), so one client could pin memory or a connection for as long as it liked:
 - **Head time** (``head_timeout_s``, nginx's ``client_header_timeout``): from the connection
   (or a request's first byte) to the end of its headers; a partial head gets ``408``, a
   connection that sent nothing is closed.
-- **Body time** (``body_timeout_s``): from the end of the headers to the end of the body; past
-  it the connection is closed, which the application sees as the client leaving (a 499).
+- **Body idle time** (``body_timeout_s``, nginx's ``client_body_timeout``): the longest wait
+  between two reads of a request's body; past it the answer is ``408`` and the connection
+  closes, which the application sees as the client leaving (a 499). A slow but steady upload
+  is never cut.
 - **Send stall** (``send_stall_timeout_s``): a client that stops reading a response fills the
   socket and the transport's buffer; once writing has been paused that long the connection is
   dropped, which cancels the request (and its upstream request) as a hang-up does.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -31,10 +33,12 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    max_head_bytes: int = 65_536
-    head_timeout_s: float = 30.0
-    body_timeout_s: float = 60.0
-    send_stall_timeout_s: float = 300.0
+    """The bounds, from ``server:`` in the gateway config (``serving.config.ServerSettings``)."""
+
+    max_head_bytes: int
+    head_timeout_s: float
+    body_timeout_s: float
+    send_stall_timeout_s: float
 
 
 def early_response(status: int, reason: str, message: str, code: str) -> bytes:
@@ -62,10 +66,17 @@ def head_timeout_response(seconds: float) -> bytes:
     return early_response(408, "Request Timeout", message, "request_timeout")
 
 
-class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the bounds of :class:`ConnectionLimits`."""
+def body_timeout_response(seconds: float) -> bytes:
+    message = f"the request's body stopped arriving for {seconds:g} s"
+    return early_response(408, "Request Timeout", message, "request_timeout")
 
-    limits = ConnectionLimits()
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the bounds of :class:`ConnectionLimits` (set by
+    :func:`guarded_protocol`). Each refusal is logged at debug level: at warning, a client
+    could make the log grow as fast as it opens connections."""
+
+    limits: ClassVar[ConnectionLimits]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -128,6 +139,9 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         idle, in_head, messages = self._idle, self._in_head, self._messages
         super().data_received(data)
+        if self._body_timer is not None and not self.transport.is_closing():  # more body came
+            self._body_timer.cancel()
+            self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
         if not self._in_head or self.transport.is_closing():
             return
         begun = self._messages - messages
@@ -136,7 +150,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
         limit = self.limits.max_head_bytes
         if self._head_bytes > limit:
-            self.logger.warning("Request head over %d bytes: answered 431 and closed.", limit)
+            self.logger.debug("Request head over %d bytes: answered 431 and closed.", limit)
             self.transport.write(head_too_large_response(limit))
             self.transport.close()
 
@@ -155,7 +169,7 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         if self._in_head:
             seconds = self.limits.head_timeout_s
-            self.logger.warning("Request head incomplete after %g s: answered 408.", seconds)
+            self.logger.debug("Request head incomplete after %g s: answered 408.", seconds)
             self.transport.write(head_timeout_response(seconds))
         self.transport.close()
 
@@ -163,13 +177,15 @@ class GuardedProtocol(HttpToolsProtocol):
         self._body_timer = None
         if not self.transport.is_closing():
             seconds = self.limits.body_timeout_s
-            self.logger.warning("Request body incomplete after %g s: connection closed.", seconds)
+            self.logger.debug("Request body idle for %g s: answered 408 and closed.", seconds)
+            if self.cycle is None or not self.cycle.response_started:
+                self.transport.write(body_timeout_response(seconds))
             self.transport.close()
 
     def _send_stalled(self) -> None:
         self._stall_timer = None
         if not self.transport.is_closing():
-            self.logger.warning(
+            self.logger.debug(
                 "Client read nothing for %g s while an answer waited: connection dropped.",
                 self.limits.send_stall_timeout_s,
             )
