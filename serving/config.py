@@ -21,6 +21,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from backends.settings import EmbeddedSettings, VariantSettings
 from deploy import strict_yaml
@@ -65,15 +67,29 @@ class StoreSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str = Field(default_factory=default_store_url)
+    url: str = Field(default_factory=default_store_url, validate_default=True)
     # How often each gateway process looks for changes written by others.
     poll_interval_s: Annotated[float, Field(gt=0, le=10)] = 0.25
+
+    @field_validator("url")
+    @classmethod
+    def _a_database_url(cls, url: str) -> str:
+        """A config error at start, not a traceback when the store opens ($TURNOUT_STORE_URL too)."""
+        try:
+            make_url(url)
+        except ArgumentError:
+            raise ValueError(
+                f"{url!r} is not a database URL (e.g. sqlite:////var/lib/turnout/turnout.db or "
+                "postgresql+psycopg://user@host/db)"
+            ) from None
+        return url
 
 
 class AuthSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Serve clients without a known API key (unknown keys count as anonymous). Off unless the
+    # Serve clients without a known API key (unknown keys count as anonymous, except ones shaped
+    # like Turnout's own: serving.auth.looks_issued). Off unless the
     # config says so; the built-in default config (``turnout serve`` with no file) says so.
     anonymous_clients: bool = False
     # An environment variable whose value, when set, is accepted as an admin token.
@@ -113,7 +129,8 @@ class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     server: ServerSettings = ServerSettings()
-    store: StoreSettings = Field(default_factory=StoreSettings)
+    # Validated like a written section, so a bad $TURNOUT_STORE_URL is reported as store.url.
+    store: StoreSettings = Field(default_factory=dict, validate_default=True)
     auth: AuthSettings = AuthSettings()
     shadow: ShadowSettings = ShadowSettings()
     breaker: BreakerConfig = BreakerConfig()
@@ -173,7 +190,10 @@ def default_config() -> GatewayConfig:
         name: EmbeddedSettings(precision=precision) for precision, name in names.items()
     }
     routes = {name: RouteSpec(targets=[WeightedTarget(variant=name)]) for name in names.values()}
-    return GatewayConfig(variants=variants, routes=routes, auth=AuthSettings(anonymous_clients=True))
+    try:  # the environment ($TURNOUT_STORE_URL) can still make it invalid
+        return GatewayConfig(variants=variants, routes=routes, auth=AuthSettings(anonymous_clients=True))
+    except ValidationError as exc:
+        raise _invalid("the default config", exc) from None
 
 
 _VARIANT_KINDS = ("embedded", "openai_http", "triton")
@@ -192,15 +212,20 @@ def parse_config(data: object, source: str = "<config>", base_dir: Path | None =
     try:
         return GatewayConfig.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
     except ValidationError as exc:
-        lines = [f"{source}: invalid gateway config"]
-        for error in exc.errors():
-            where = _field_path(error["loc"])
-            message = str(error["msg"]).removeprefix("Value error, ")
-            if error["type"] == "extra_forbidden":  # a typo, most often: name the nearest key
-                message = unknown_key_message(GatewayConfig, error["loc"])
-            # A whole-config check (a route naming an unknown variant) names its field itself.
-            lines.append(f"  {where}: {message}" if where else f"  {message}")
-        raise ConfigError("\n".join(lines)) from None
+        raise _invalid(source, exc) from None
+
+
+def _invalid(source: str, exc: ValidationError) -> ConfigError:
+    """One line per error: the field path (as in the YAML) and the reason."""
+    lines = [f"{source}: invalid gateway config"]
+    for error in exc.errors():
+        where = _field_path(error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":  # a typo, most often: name the nearest key
+            message = unknown_key_message(GatewayConfig, error["loc"])
+        # A whole-config check (a route naming an unknown variant) names its field itself.
+        lines.append(f"  {where}: {message}" if where else f"  {message}")
+    return ConfigError("\n".join(lines))
 
 
 def load_config(path: Path) -> GatewayConfig:

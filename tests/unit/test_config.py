@@ -126,3 +126,12 @@ def test_a_binary_file_is_a_config_error(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_a_bad_store_url_from_the_environment_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a SQLAlchemy traceback when the store opens: `turnout serve` exits 2 with the field."""
+    monkeypatch.setenv("TURNOUT_STORE_URL", "not a url")
+    with pytest.raises(ConfigError, match=r"store\.url: 'not a url' is not a database URL"):
+        default_config()
+    monkeypatch.setenv("TURNOUT_STORE_URL", "sqlite:////tmp/x.db")
+    assert default_config().store.url == "sqlite:////tmp/x.db"
