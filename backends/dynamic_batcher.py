@@ -61,6 +61,7 @@ class DynamicBatcher(Generic[J]):
         self._incoming: queue.SimpleQueue[J | object] = queue.SimpleQueue()
         self._deferred: deque[J] = deque()
         self._depth = 0
+        self._withdrawn = 0  # withdrawn jobs the worker has not reached yet (still in _incoming)
         self._depth_lock = threading.Lock()
         self._batch_seconds = 0.05  # running average, for Retry-After
         self._thread: threading.Thread | None = None
@@ -82,11 +83,18 @@ class DynamicBatcher(Generic[J]):
 
     def submit(self, job: J) -> None:
         with self._depth_lock:
-            if self._depth >= self._settings.max_queue_size:
+            # Withdrawn jobs hold no place, but each stays in memory until the worker reaches it:
+            # past a second queue's worth of them, refuse too (a flood of hang-ups is bounded).
+            if (
+                self._depth >= self._settings.max_queue_size
+                or self._depth + self._withdrawn >= 2 * self._settings.max_queue_size
+            ):
                 batches_ahead = self._depth / self._settings.max_batch_size + 1
+                state = f"{self._depth} requests queued (limit {self._settings.max_queue_size})"
+                if self._depth < self._settings.max_queue_size:
+                    state += f" and {self._withdrawn} abandoned ones not cleared yet"
                 raise Overloaded(
-                    f"variant '{self.name}' has {self._depth} requests queued (limit "
-                    f"{self._settings.max_queue_size}); retry later",
+                    f"variant '{self.name}' has {state}; retry later",
                     retry_after=batches_ahead * self._batch_seconds,
                 )
             self._depth += 1
@@ -102,6 +110,7 @@ class DynamicBatcher(Generic[J]):
             if job.queued:
                 job.queued = False
                 self._depth -= 1
+                self._withdrawn += 1
 
     # ---- worker thread -------------------------------------------------------------
 
@@ -156,6 +165,8 @@ class DynamicBatcher(Generic[J]):
                 if job.queued:
                     job.queued = False
                     self._depth -= 1
+                else:  # withdrawn while queued: now it is out of memory too
+                    self._withdrawn -= 1
 
     def _work(self) -> None:
         while True:

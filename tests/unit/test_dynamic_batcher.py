@@ -178,6 +178,28 @@ def test_a_withdrawn_job_frees_its_place_at_once_and_is_counted_once() -> None:
     batcher.stop()
 
 
+def test_withdrawn_jobs_not_yet_cleared_are_bounded_to_a_second_queue() -> None:
+    """Each stays in memory until the worker reaches it: a flood of hang-ups cannot grow it forever."""
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    batcher = make(recorder, max_batch_size=1, max_queue_delay_ms=0, max_queue_size=2)
+    batcher.submit(Job())
+    assert recorder.running.wait(5)  # the worker is busy: nothing queued is cleared meanwhile
+    for _ in range(4):  # two queues' worth of hang-ups: each frees its place at once
+        left = Job(cancel=True)
+        batcher.submit(left)
+        batcher.withdraw(left)
+    assert batcher.depth() == 0
+    with pytest.raises(Overloaded, match=r"0 requests queued \(limit 2\) and 4 abandoned ones"):
+        batcher.submit(Job())
+    gate.set()
+    wait_batches(recorder, 1)
+    assert until(lambda: batcher._withdrawn == 0)  # the worker dropped them: room again
+    batcher.submit(Job())
+    wait_batches(recorder, 1)
+    batcher.stop()
+
+
 def test_a_failing_batch_fails_its_jobs_and_the_worker_lives_on() -> None:
     recorder = Recorder(error=RuntimeError("boom"))
     batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=0)
