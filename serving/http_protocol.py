@@ -30,6 +30,8 @@ from typing import Any, ClassVar
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from serving.errors import ClientError
+
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
@@ -43,8 +45,7 @@ class ConnectionLimits:
 
 def early_response(status: int, reason: str, message: str, code: str) -> bytes:
     """A whole answer, head and OpenAI error body, written before any ASGI cycle exists."""
-    error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
-    body = orjson.dumps({"error": error})
+    body = orjson.dumps(ClientError(message, code=code).body())
     head = (
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
         b"connection: close\r\n\r\n" % (status, reason.encode("ascii"), len(body))

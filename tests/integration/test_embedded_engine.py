@@ -8,6 +8,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -135,21 +136,25 @@ def test_request_metrics_per_route_and_variant(gateway_url: str) -> None:
     assert "turnout_queue_depth{" in text
 
 
-@pytest.fixture(scope="module")
-def tiny_queue_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextmanager
+def _one_embedded_route(tmp_path_factory: pytest.TempPathFactory, name: str, batching: str) -> Iterator[str]:
+    """A gateway serving the shipped fp32 model as route ``name`` with these batching settings."""
     config = tmp_path_factory.mktemp("cfg") / "gateway.yaml"
     config.write_text(
-        "variants:\n"
-        "  small:\n"
-        "    kind: embedded\n"
-        "    batching: {max_batch_size: 1, max_queue_size: 2, max_queue_delay_ms: 0}\n"
-        "routes:\n"
-        "  small:\n"
-        "    targets: [{variant: small}]\n"
+        f"variants:\n  {name}: {{kind: embedded, batching: {{{batching}}}}}\n"
+        f"routes:\n  {name}: {{targets: [{{variant: {name}}}]}}\n"
         "auth: {anonymous_clients: true}\n"
     )
     with gateway_process(Path(config)) as gateway:
         yield gateway.url
+
+
+@pytest.fixture(scope="module")
+def tiny_queue_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _one_embedded_route(
+        tmp_path_factory, "small", "max_batch_size: 1, max_queue_size: 2, max_queue_delay_ms: 0"
+    ) as url:
+        yield url
 
 
 def test_full_queue_answers_429_with_retry_after(tiny_queue_gateway: str) -> None:
@@ -170,16 +175,10 @@ def test_full_queue_answers_429_with_retry_after(tiny_queue_gateway: str) -> Non
 @pytest.fixture(scope="module")
 def lazy_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A lone request waits a whole second in the queue for batch mates: time to leave it there."""
-    config = tmp_path_factory.mktemp("cfg") / "gateway.yaml"
-    config.write_text(
-        "variants:\n"
-        "  lazy: {kind: embedded,\n"
-        "         batching: {max_batch_size: 4, max_queue_size: 2, max_queue_delay_ms: 1000}}\n"
-        "routes:\n  lazy: {targets: [{variant: lazy}]}\n"
-        "auth: {anonymous_clients: true}\n"
-    )
-    with gateway_process(Path(config)) as gateway:
-        yield gateway.url
+    with _one_embedded_route(
+        tmp_path_factory, "lazy", "max_batch_size: 4, max_queue_size: 2, max_queue_delay_ms: 1000"
+    ) as url:
+        yield url
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -73,13 +73,21 @@ def make(recorder: Recorder, **settings: float) -> DynamicBatcher[Job]:
     return batcher
 
 
-def test_jobs_arriving_within_the_delay_share_a_batch() -> None:
+def held(
+    first: Job | None = None, **settings: float
+) -> tuple[threading.Event, Recorder, DynamicBatcher[Job]]:
+    """A batcher whose worker is busy with ``first`` (a plain job by default), held by the gate."""
     gate = threading.Event()
     recorder = Recorder(gate)
-    batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=50)
+    batcher = make(recorder, **settings)
+    batcher.submit(first or Job())
+    assert recorder.running.wait(5)  # running now, held by the gate
+    return gate, recorder, batcher
+
+
+def test_jobs_arriving_within_the_delay_share_a_batch() -> None:
     blocker = Job()
-    batcher.submit(blocker)
-    assert recorder.running.wait(5)  # the blocker is running now, held by the gate
+    gate, recorder, batcher = held(blocker, max_batch_size=8, max_queue_delay_ms=50)
     jobs = [Job() for _ in range(5)]
     for job in jobs:
         batcher.submit(job)
@@ -104,11 +112,7 @@ def test_batch_size_is_capped() -> None:
 
 
 def test_incompatible_jobs_never_share_a_batch_and_keep_their_order() -> None:
-    gate = threading.Event()
-    recorder = Recorder(gate)
-    batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=0)
-    batcher.submit(Job())
-    assert recorder.running.wait(5)  # running, held by the gate
+    gate, recorder, batcher = held(max_batch_size=8, max_queue_delay_ms=0)
     greedy = [Job(key="g") for _ in range(3)]
     sampled = [Job(key="s") for _ in range(2)]
     seeded = Job(key=None)
@@ -121,11 +125,7 @@ def test_incompatible_jobs_never_share_a_batch_and_keep_their_order() -> None:
 
 
 def test_full_queue_refuses_with_retry_after() -> None:
-    gate = threading.Event()
-    recorder = Recorder(gate)
-    batcher = make(recorder, max_batch_size=1, max_queue_delay_ms=0, max_queue_size=3)
-    batcher.submit(Job())
-    assert recorder.running.wait(5)  # running, held by the gate
+    gate, recorder, batcher = held(max_batch_size=1, max_queue_delay_ms=0, max_queue_size=3)
     for _ in range(3):
         batcher.submit(Job())
     with pytest.raises(Overloaded) as caught:
@@ -138,11 +138,7 @@ def test_full_queue_refuses_with_retry_after() -> None:
 
 
 def test_cancelled_jobs_are_dropped_before_running() -> None:
-    gate = threading.Event()
-    recorder = Recorder(gate)
-    batcher = make(recorder, max_batch_size=8, max_queue_delay_ms=0)
-    batcher.submit(Job())
-    assert recorder.running.wait(5)  # running, held by the gate
+    gate, recorder, batcher = held(max_batch_size=8, max_queue_delay_ms=0)
     keep, drop = Job(), Job()
     batcher.submit(keep)
     batcher.submit(drop)
@@ -155,12 +151,8 @@ def test_cancelled_jobs_are_dropped_before_running() -> None:
 
 
 def test_a_withdrawn_job_frees_its_place_at_once_and_is_counted_once() -> None:
-    gate = threading.Event()
-    recorder = Recorder(gate)
-    batcher = make(recorder, max_batch_size=1, max_queue_delay_ms=0, max_queue_size=2)
     running = Job()
-    batcher.submit(running)
-    assert recorder.running.wait(5)  # running, held by the gate
+    gate, recorder, batcher = held(running, max_batch_size=1, max_queue_delay_ms=0, max_queue_size=2)
     left, waiting = Job(), Job()
     batcher.submit(left)
     batcher.submit(waiting)
@@ -180,11 +172,7 @@ def test_a_withdrawn_job_frees_its_place_at_once_and_is_counted_once() -> None:
 
 def test_withdrawn_jobs_not_yet_cleared_are_bounded_to_a_second_queue() -> None:
     """Each stays in memory until the worker reaches it: a flood of hang-ups cannot grow it forever."""
-    gate = threading.Event()
-    recorder = Recorder(gate)
-    batcher = make(recorder, max_batch_size=1, max_queue_delay_ms=0, max_queue_size=2)
-    batcher.submit(Job())
-    assert recorder.running.wait(5)  # the worker is busy: nothing queued is cleared meanwhile
+    gate, recorder, batcher = held(max_batch_size=1, max_queue_delay_ms=0, max_queue_size=2)
     for _ in range(4):  # two queues' worth of hang-ups: each frees its place at once
         left = Job(cancel=True)
         batcher.submit(left)
