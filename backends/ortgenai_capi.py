@@ -241,11 +241,11 @@ class Generator:
     def generate_next_token(self) -> None:
         api().check(api().generate_next_token(self._handle))
 
-    def next_tokens(self) -> np.ndarray:
+    def next_tokens(self) -> list[int]:
         """The token each row just got (a copy: the library's buffer lives until the next call)."""
         c = api()
         c.check(c.next_tokens(self._handle, ctypes.byref(self._tokens), ctypes.byref(self._count)))
-        return np.ctypeslib.as_array(self._tokens, (self._count.value,)).copy()
+        return self._tokens[: self._count.value]
 
     def is_done(self) -> bool:
         return bool(api().is_done(self._handle))

@@ -1,12 +1,14 @@
 """The embedded engine's compute: one ONNX Runtime GenAI model and its batch decode loop.
 
-Runs on the dynamic batcher's worker thread, never on the event loop. Takes a batch of
-compatible sequences (same sampling settings), right-pads their prompts, decodes token
-by token and hands each sequence its new token; a sequence stops on EOS, a stop
-sequence, its own ``max_tokens`` or cancellation, and the batch ends when all have.
-The library is called through its C API (:mod:`backends.ortgenai_capi`), which lets the
-event loop run while a step computes; each token's text comes from a table of token bytes
-(:mod:`backends.token_text`) where the tokenizer is byte-level, the library's stream otherwise.
+Its decode steps run on the dynamic batcher's worker thread, never on the event loop. It
+takes a batch of compatible sequences (same sampling settings), right-pads their prompts and
+decodes step by step; each step's tokens go to the sequences' event loop in one call, where
+they become text and events (:meth:`GenAIModel.advance_rows`) while the worker computes the
+next step. A sequence stops on EOS, a stop sequence, its own ``max_tokens`` or cancellation,
+and the batch ends when all have. The library is called through its C API
+(:mod:`backends.ortgenai_capi`), which lets the event loop run while a step computes; each
+token's text comes from a table of token bytes (:mod:`backends.token_text`) where the
+tokenizer is byte-level, the library's stream otherwise.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ _SEED_RANGE = 2**31  # ONNX Runtime GenAI's random_seed is an int32
 
 @dataclass(slots=True)
 class Sequence:
-    """One request's decode state inside a batch (touched only by the worker thread)."""
+    """One request's decode state inside a batch.
+
+    Once its batch begins, its text and finish change only on ``loop`` (the worker reads
+    ``finished`` and ``cancel_requested`` to know when the batch is over)."""
 
     prompt_ids: np.ndarray
     params: SamplingParams
@@ -43,7 +48,6 @@ class Sequence:
     # Runs on ``loop`` with each event: (text delta, finish_reason on the last one, tokens so far).
     receive: Callable[[Event], None]
     scanner: StopScanner = field(init=False)
-    outbox: list[Event] = field(default_factory=list)
     enqueued_at: float = 0.0
     queued: bool = False  # in the batcher's queue depth (backends.dynamic_batcher)
     generated: int = 0
@@ -68,14 +72,17 @@ class Sequence:
         return self.cancel_requested
 
     def emit(self, text: str, finish: str | None, generated: int) -> None:
-        """Queue an event; :func:`deliver` hands a whole step's events to the loop at once."""
-        self.outbox.append((text, finish, generated))
+        """Hand an event to the consumer (on ``loop``)."""
+        self.receive((text, finish, generated))
 
     def fail(self, error: BaseException) -> None:
+        """The batch raised (any thread): an error event, after the tokens already sent."""
+        self.loop.call_soon_threadsafe(self._fail)
+
+    def _fail(self) -> None:
         if not self.finished:
             self.finished = True
             self.emit("", "error", self.generated)
-            deliver([self])
 
     def finish(self, reason: str) -> None:
         if not self.finished:
@@ -105,21 +112,25 @@ class ScoredSequence(Sequence):
         Sequence.emit(self, text, finish, generated)  # (slots dataclasses cannot use bare super())
 
 
-def _receive_all(batches: list[tuple[Callable[[Event], None], list[Event]]]) -> None:
-    for receive, events in batches:
-        for event in events:
-            receive(event)
+Rows = list[tuple[int, Sequence]]  # (row in the batch, sequence) of one event loop
 
 
-def deliver(sequences: list[Sequence]) -> None:
-    """One thread-safe wake-up per event loop per decode step, not one per token."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Callable[[Event], None], list[Event]]]] = {}
-    for seq in sequences:
-        if seq.outbox:
-            by_loop.setdefault(seq.loop, []).append((seq.receive, seq.outbox))
-            seq.outbox = []
-    for loop, batches in by_loop.items():
-        loop.call_soon_threadsafe(_receive_all, batches)
+def _rows_by_loop(sequences: list[Sequence]) -> dict[asyncio.AbstractEventLoop, Rows]:
+    by_loop: dict[asyncio.AbstractEventLoop, Rows] = {}
+    for row, seq in enumerate(sequences):
+        by_loop.setdefault(seq.loop, []).append((row, seq))
+    return by_loop
+
+
+def _finish_rows(rows: Rows, reason: str) -> None:
+    """Rows still going end with ``reason`` (on their event loop, after their last tokens)."""
+    for _, seq in rows:
+        seq.finish(reason)
+
+
+def _post_finish(sequences: list[Sequence], reason: str) -> None:
+    for loop, rows in _rows_by_loop(sequences).items():
+        loop.call_soon_threadsafe(_finish_rows, rows, reason)
 
 
 class GenAIModel:
@@ -191,10 +202,8 @@ class GenAIModel:
     def run_batch(self, batch: list[Sequence]) -> None:
         """Decode ``batch`` to completion (worker thread)."""
         live = [s for s in batch if not s.cancel_requested]
-        for seq in batch:
-            if seq.cancel_requested:
-                seq.finish("cancelled")
-        deliver(batch)
+        if len(live) < len(batch):
+            _post_finish([s for s in batch if s.cancel_requested], "cancelled")
         if not live:
             return
         padded_len = max(len(s.prompt_ids) for s in live)
@@ -222,35 +231,56 @@ class GenAIModel:
             self._decode(generator, live, padded_len)
         finally:
             generator.close()
-        for seq in live:
-            seq.finish("length")
-        deliver(live)
+        _post_finish(live, "length")  # those the context length or the library's EOS stopped
 
     def _decode(self, generator: ortgenai_capi.Generator, live: list[Sequence], padded_len: int) -> None:
+        """The decode steps (worker thread). Each step's tokens go to the sequences' event loop
+        in one call, where :meth:`advance_rows` turns them into text and events while this
+        thread computes the next step, so a batch's text work does not wait in line with its
+        compute. The batch ends once every row is known to be over: EOS and ``max_tokens`` the
+        worker sees itself, a cancellation at once, a stop sequence once its loop has seen it
+        (a step or so later; the extra tokens are dropped)."""
         tokens = np.full((len(live), padded_len), self.pad_id, dtype=np.int32)
         for row, seq in enumerate(live):
             tokens[row, : len(seq.prompt_ids)] = seq.prompt_ids
             seq.decoder = self.text_stream()
         generator.append_tokens(tokens)
         scored = [(row, seq) for row, seq in enumerate(live) if isinstance(seq, ScoredSequence)]
-        first_step = True
-        remaining = len(live)
-        while remaining and not generator.is_done():
+        by_loop = _rows_by_loop(live)
+        going = list(enumerate(live))
+        eos_ids = self.eos_ids
+        step = 0
+        while going and not generator.is_done():
             generator.generate_next_token()
             next_tokens = generator.next_tokens()
+            scores = None
             if scored:  # only batches with a logprobs request look at the logits
-                _score_step(generator.output("logits"), scored, next_tokens, first_step)
-            first_step = False
-            for row, seq in enumerate(live):
-                if seq.finished:
-                    continue
-                if seq.cancel_requested:
-                    seq.finish("cancelled")
-                else:
-                    self._advance(seq, int(next_tokens[row]))
-                if seq.finished:
-                    remaining -= 1
-            deliver(live)
+                scores = _score_step(generator.output("logits"), scored, next_tokens, step == 0)
+            step += 1
+            for loop, rows in by_loop.items():
+                loop.call_soon_threadsafe(self.advance_rows, rows, next_tokens, scores)
+            going = [
+                (row, seq)
+                for row, seq in going
+                if not (
+                    seq.finished
+                    or seq.cancel_requested
+                    or step >= seq.max_new_tokens
+                    or (next_tokens[row] in eos_ids and not seq.params.ignore_eos)
+                )
+            ]
+
+    def advance_rows(self, rows: Rows, tokens: list[int], scores: dict[int, TokenScore] | None) -> None:
+        """One decode step's tokens into each row's text and events (on the rows' event loop)."""
+        for row, seq in rows:
+            if seq.finished:
+                continue
+            if scores is not None and isinstance(seq, ScoredSequence) and row in scores:
+                seq.pending.append(scores[row])
+            if seq.cancel_requested:
+                seq.finish("cancelled")
+            else:
+                self._advance(seq, tokens[row])
 
     def _advance(self, seq: Sequence, token: int) -> None:
         seq.generated += 1  # the end token too: vLLM counts it in usage, and logprobs list it
@@ -275,9 +305,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _score_step(
-    logits: np.ndarray, scored: list[tuple[int, ScoredSequence]], next_tokens: np.ndarray, first_step: bool
-) -> None:
-    """Score this step's tokens of the rows that asked (worker thread), all rows at once.
+    logits: np.ndarray, scored: list[tuple[int, ScoredSequence]], next_tokens: list[int], first_step: bool
+) -> dict[int, TokenScore]:
+    """Score this step's tokens of the rows that asked (worker thread), all rows at once; the
+    event loop adds each row's score to its sequence with the step's token.
 
     ``logits`` is what the generator sampled from: on the first step the prompt pass, shape
     (batch, padded prompt, vocab), each row's distribution at its last prompt token (prompts
@@ -286,15 +317,15 @@ def _score_step(
     """
     live = [(row, seq) for row, seq in scored if not seq.finished]
     if not live:
-        return
+        return {}
     positions = [min(len(seq.prompt_ids), logits.shape[1]) - 1 for _, seq in live]
     rows = [row for row, _ in live]
     top = max(seq.top for _, seq in live)
-    step = score_rows(logits[rows, positions], [int(next_tokens[row]) for row in rows], top)
+    step = score_rows(logits[rows, positions], [next_tokens[row] for row in rows], top)
+    found: dict[int, TokenScore] = {}
     for (row, seq), score in zip(live, step, strict=True):
         if first_step and seq.score_prompt:
             prompt = seq.prompt_ids.tolist()
             seq.prompt_scores = prompt_scores(logits[row, : len(prompt)], prompt, seq.top)
-        seq.pending.append(
-            score if seq.top == top else TokenScore(score.token, score.logprob, score.top[: seq.top])
-        )
+        found[row] = score if seq.top == top else TokenScore(score.token, score.logprob, score.top[: seq.top])
+    return found

@@ -85,7 +85,7 @@ def test_batched_greedy_decode_matches_python_binding(models: tuple[ortgenai_cap
         assert not generator.is_done()
         generator.generate_next_token()
         expected.generate_next_token()
-        assert generator.next_tokens().tolist() == list(expected.get_next_tokens())
+        assert generator.next_tokens() == list(expected.get_next_tokens())
         steps += 1
     assert generator.is_done() and steps > 0
     generator.close()
@@ -149,7 +149,7 @@ def test_generators_on_one_model_decode_concurrently(models: tuple[ortgenai_capi
         steps = []
         while not generator.is_done():
             generator.generate_next_token()
-            steps.append(generator.next_tokens().tolist())
+            steps.append(generator.next_tokens())
         generator.close()
         return steps
 

@@ -1,0 +1,147 @@
+"""The embedded engine's decode loop (``backends.ortgenai_runner``) on the shipped fp32 model,
+in-process, its event loop running in a thread of its own as the gateway's runs beside the
+batcher's worker: each step's tokens become text and events on that loop while the worker
+computes, and the batch ends as soon as its rows have."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from backends import ortgenai_capi
+from backends.base import SamplingParams
+from backends.ortgenai_runner import Event, GenAIModel, Sequence
+from deploy.model.artifacts import onnx_dir
+
+
+@pytest.fixture(scope="module")
+def model() -> GenAIModel:
+    return GenAIModel(onnx_dir("fp32"))
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    running = asyncio.new_event_loop()
+    thread = threading.Thread(target=running.run_forever, daemon=True)
+    thread.start()
+    yield running
+    running.call_soon_threadsafe(running.stop)
+    thread.join(5)
+    running.close()
+
+
+@pytest.fixture
+def steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many decode steps the worker ran (one counter for the test)."""
+    counted = [0]
+    real = ortgenai_capi.Generator.generate_next_token
+
+    def counting(self: ortgenai_capi.Generator) -> None:
+        counted[0] += 1
+        real(self)
+
+    monkeypatch.setattr(ortgenai_capi.Generator, "generate_next_token", counting)
+    return counted
+
+
+def row(
+    model: GenAIModel, loop: asyncio.AbstractEventLoop, max_tokens: int, **params: object
+) -> tuple[Sequence, list[Event]]:
+    prompt = np.concatenate([[model.bos_id], model.encode("the red")]).astype(np.int32)
+    events: list[Event] = []
+    settings = SamplingParams(max_tokens=max_tokens, temperature=0, **params)  # type: ignore[arg-type]
+    return Sequence(prompt, settings, max_tokens, loop, events.append), events
+
+
+def settle(loop: asyncio.AbstractEventLoop) -> None:
+    """Wait until the loop has run everything the worker handed it so far."""
+    done = threading.Event()
+    loop.call_soon_threadsafe(done.set)
+    assert done.wait(10)
+
+
+def text_of(events: list[Event]) -> str:
+    return "".join(text for text, _, _ in events)
+
+
+def test_the_batch_ends_with_its_longest_row(
+    model: GenAIModel, loop: asyncio.AbstractEventLoop, steps: list[int]
+) -> None:
+    (short, short_events), (long, long_events) = (
+        row(model, loop, 3, ignore_eos=True),
+        row(model, loop, 9, ignore_eos=True),
+    )
+    model.run_batch([short, long])
+    settle(loop)
+    assert steps[0] == 9
+    assert short_events[-1][1:] == ("length", 3)
+    assert long_events[-1][1:] == ("length", 9)
+    assert [finish for _, finish, _ in long_events].count("length") == 1
+
+
+def test_a_stop_sequence_ends_the_batch_soon_after_it_appears(
+    model: GenAIModel, loop: asyncio.AbstractEventLoop, steps: list[int]
+) -> None:
+    reference, reference_events = row(model, loop, 40, ignore_eos=True)
+    model.run_batch([reference])
+    settle(loop)
+    said = [(text, generated) for text, finish, generated in reference_events if finish is None]
+    full = "".join(text for text, _ in said)
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    cut = full.index(stop)
+    seen, appears_at = "", 0
+    for text, generated in said:  # the token after which the text first holds the stop sequence
+        seen += text
+        if stop in seen:
+            appears_at = generated
+            break
+    steps[0] = 0
+
+    stopped, events = row(model, loop, 400, ignore_eos=True, stop=(stop,))
+    model.run_batch([stopped])
+    settle(loop)
+
+    assert events[-1][1] == "stop"
+    assert text_of(events) == full[:cut]
+    assert appears_at <= steps[0] <= appears_at + 8, (appears_at, steps[0])  # not 400
+
+
+def test_a_failing_batch_sends_its_error_after_the_tokens_it_made(
+    model: GenAIModel, loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = ortgenai_capi.Generator.generate_next_token
+    done = [0]
+
+    def breaks_at_the_fifth(self: ortgenai_capi.Generator) -> None:
+        done[0] += 1
+        if done[0] == 5:
+            raise ortgenai_capi.GenAIError("the device fell over")
+        real(self)
+
+    monkeypatch.setattr(ortgenai_capi.Generator, "generate_next_token", breaks_at_the_fifth)
+    seq, events = row(model, loop, 20, ignore_eos=True)
+    with pytest.raises(ortgenai_capi.GenAIError):
+        model.run_batch([seq])
+    seq.fail(ortgenai_capi.GenAIError("the device fell over"))  # as the dynamic batcher does
+    settle(loop)
+    assert events[-1] == ("", "error", 4)
+    assert [finish for _, finish, _ in events[:-1]] == [None] * (len(events) - 1)
+    assert events[-2][2] == 4  # every token made before the failure reached the consumer first
+
+
+def test_a_row_cancelled_before_its_batch_ends_at_once_and_the_rest_go_on(
+    model: GenAIModel, loop: asyncio.AbstractEventLoop
+) -> None:
+    (gone, gone_events), (kept, kept_events) = (
+        row(model, loop, 6, ignore_eos=True),
+        row(model, loop, 6, ignore_eos=True),
+    )
+    gone.cancel_requested = True
+    model.run_batch([gone, kept])
+    settle(loop)
+    assert gone_events == [("", "cancelled", 0)]
+    assert kept_events[-1][1:] == ("length", 6)
