@@ -56,7 +56,8 @@ def _serve(args: argparse.Namespace) -> int:
                 head_timeout_s=config.server.header_timeout_s,
                 body_timeout_s=config.server.body_timeout_s,
                 send_stall_timeout_s=config.server.send_stall_timeout_s,
-            )
+            ),
+            refusals=app.state.turnout.metrics,
         ),
         timeout_graceful_shutdown=5,
         # Nothing here reads the client address or the Server header: skip their per-request work.

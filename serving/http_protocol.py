@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -41,6 +41,12 @@ class ConnectionLimits:
     head_timeout_s: float
     body_timeout_s: float
     send_stall_timeout_s: float
+
+
+class RefusalCounter(Protocol):
+    """Where refusals are counted (``serving.metrics.GatewayMetrics``)."""
+
+    def count_connection_refusal(self, reason: str) -> None: ...
 
 
 def early_response(status: int, reason: str, message: str, code: str) -> bytes:
@@ -74,10 +80,12 @@ def body_timeout_response(seconds: float) -> bytes:
 
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds of :class:`ConnectionLimits` (set by
-    :func:`guarded_protocol`). Each refusal is logged at debug level: at warning, a client
-    could make the log grow as fast as it opens connections."""
+    :func:`guarded_protocol`). Each refusal is logged at debug level (at warning, a client
+    could make the log grow as fast as it opens connections) and counted in ``refusals``
+    (the gateway's ``turnout_connection_refusals_total{reason}``)."""
 
     limits: ClassVar[ConnectionLimits]
+    refusals: ClassVar[RefusalCounter | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -152,6 +160,7 @@ class GuardedProtocol(HttpToolsProtocol):
         limit = self.limits.max_head_bytes
         if self._head_bytes > limit:
             self.logger.debug("Request head over %d bytes: answered 431 and closed.", limit)
+            self._refused("head_too_large")
             self.transport.write(head_too_large_response(limit))
             self.transport.close()
 
@@ -172,6 +181,9 @@ class GuardedProtocol(HttpToolsProtocol):
             seconds = self.limits.head_timeout_s
             self.logger.debug("Request head incomplete after %g s: answered 408.", seconds)
             self.transport.write(head_timeout_response(seconds))
+            self._refused("head_timeout")
+        elif self._messages == 0:  # opened and never sent a byte (not a keep-alive between requests)
+            self._refused("silent_connection")
         self.transport.close()
 
     def _body_timed_out(self) -> None:
@@ -179,6 +191,7 @@ class GuardedProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             seconds = self.limits.body_timeout_s
             self.logger.debug("Request body idle for %g s: answered 408 and closed.", seconds)
+            self._refused("body_timeout")
             if self.cycle is None or not self.cycle.response_started:
                 self.transport.write(body_timeout_response(seconds))
             self.transport.close()
@@ -190,9 +203,17 @@ class GuardedProtocol(HttpToolsProtocol):
                 "Client read nothing for %g s while an answer waited: connection dropped.",
                 self.limits.send_stall_timeout_s,
             )
+            self._refused("send_stall")
             self.transport.abort()  # close() would wait for a buffer that never drains
 
+    def _refused(self, reason: str) -> None:
+        if self.refusals is not None:
+            self.refusals.count_connection_refusal(reason)
 
-def guarded_protocol(limits: ConnectionLimits) -> type[GuardedProtocol]:
-    """The protocol class for uvicorn's ``http=`` with these bounds."""
-    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
+
+def guarded_protocol(
+    limits: ConnectionLimits, refusals: RefusalCounter | None = None
+) -> type[GuardedProtocol]:
+    """The protocol class for uvicorn's ``http=`` with these bounds; ``refusals`` counts each
+    connection a bound ends, by reason (``serving.metrics.CONNECTION_REFUSAL_REASONS``)."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits, "refusals": refusals})

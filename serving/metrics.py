@@ -147,6 +147,18 @@ class _ReplicaCollector(Collector):
         yield from (waiting, running, kv, in_flight, healthy, picked, info)
 
 
+# Why serving.http_protocol ended a connection: a head past max_header_bytes (431), a head still
+# incomplete at header_timeout_s (408), a connection that sent nothing by then (closed), a body
+# idle for body_timeout_s (408), an answer unread for send_stall_timeout_s (dropped).
+CONNECTION_REFUSAL_REASONS = (
+    "head_too_large",
+    "head_timeout",
+    "silent_connection",
+    "body_timeout",
+    "send_stall",
+)
+
+
 class GatewayMetrics:
     def __init__(
         self, engine_stats: EngineStats | None = None, replica_stats: ReplicaStats | None = None
@@ -214,6 +226,15 @@ class GatewayMetrics:
             ["endpoint", "status"],
             registry=self.registry,
         )
+        self.connection_refusals = Counter(
+            "turnout_connection_refusals",
+            "Connections the per-connection bounds ended before or while a request came in "
+            "(server: max_header_bytes, header_timeout_s, body_timeout_s, send_stall_timeout_s)",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in CONNECTION_REFUSAL_REASONS:  # each at 0 from the start, so rate() sees the first
+            self.connection_refusals.labels(reason)
         self.rate_limited = Counter(
             "turnout_rate_limited", "Requests refused by per-key limits", ["key"], registry=self.registry
         )
@@ -252,6 +273,10 @@ class GatewayMetrics:
         if found is None:
             found = self._series[key] = RequestSeries(self, route, variant, endpoint)
         return found
+
+    def count_connection_refusal(self, reason: str) -> None:
+        """One connection ended by a bound of ``serving.http_protocol`` (on the event loop)."""
+        self.connection_refusals.labels(reason).inc()
 
     def batch_observer(self, variant: str) -> Callable[[int], None]:
         child = self.batch_size.labels(variant)

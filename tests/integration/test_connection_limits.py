@@ -3,8 +3,9 @@
 uvicorn's httptools protocol alone took a 50 MB header line whole and kept connections that sent
 nothing, dribbled a body or never read their answer for as long as the client liked. A real
 gateway process (a fault server as its upstream; one-second timeouts) is driven over raw
-sockets: each bound closes what it should, requests inside the bounds (slow heads, pipelined
-requests behind a large body) are served, and the process keeps serving.
+sockets: each bound closes what it should and is counted in /metrics by reason, requests inside
+the bounds (slow heads, pipelined requests behind a large body) are served, and the process keeps
+serving.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def _connect(gateway: Launched) -> socket.socket:
     return sock
 
 
+def _refusals(gateway: Launched, reason: str) -> float:
+    return metric_value(gateway.url, "turnout_connection_refusals_total", reason=reason)
+
+
 def _read_all(sock: socket.socket) -> bytes:
     received = b""
     while chunk := sock.recv(65536):
@@ -61,6 +66,7 @@ def _read_all(sock: socket.socket) -> bytes:
 
 
 def test_a_head_growing_past_the_bound_gets_431_and_the_connection_closes(gateway: Launched) -> None:
+    before = _refusals(gateway, "head_too_large")
     with _connect(gateway) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-filler: ")
         sent = 0
@@ -83,6 +89,7 @@ def test_a_head_growing_past_the_bound_gets_431_and_the_connection_closes(gatewa
     }
     assert answer == head_too_large_response(LIMIT)
     assert chat(gateway.url).status_code == 200  # the process keeps serving
+    assert _refusals(gateway, "head_too_large") == before + 1
 
 
 def test_a_head_under_the_bound_sent_slowly_is_served(gateway: Launched) -> None:
@@ -111,13 +118,16 @@ def test_pipelined_requests_behind_a_large_body_are_not_counted_as_head(gateway:
 
 
 def test_a_connection_that_sends_nothing_is_closed_after_the_head_timeout(gateway: Launched) -> None:
+    before = _refusals(gateway, "silent_connection")
     started = time.monotonic()
     with _connect(gateway) as sock:
         assert _read_all(sock) == b""  # closed, no answer: there was no request
     assert TIMEOUT_S * 0.9 <= time.monotonic() - started < TIMEOUT_S + 2
+    assert _refusals(gateway, "silent_connection") == before + 1
 
 
 def test_a_head_dribbled_past_the_head_timeout_gets_408(gateway: Launched) -> None:
+    before = _refusals(gateway, "head_timeout")
     with _connect(gateway) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")
         try:
@@ -129,10 +139,12 @@ def test_a_head_dribbled_past_the_head_timeout_gets_408(gateway: Launched) -> No
         answer = _read_all(sock)
     assert answer == head_timeout_response(TIMEOUT_S)
     assert chat(gateway.url).status_code == 200
+    assert _refusals(gateway, "head_timeout") == before + 1
 
 
 def test_a_body_that_stops_arriving_gets_408_after_the_body_timeout(gateway: Launched) -> None:
     before = metric_value(gateway.url, "turnout_rejected_requests_total", status="499")
+    refused = _refusals(gateway, "body_timeout")
     started = time.monotonic()
     with _connect(gateway) as sock:
         sock.sendall(
@@ -142,6 +154,7 @@ def test_a_body_that_stops_arriving_gets_408_after_the_body_timeout(gateway: Lau
         assert _read_all(sock) == body_timeout_response(TIMEOUT_S)
     assert time.monotonic() - started < TIMEOUT_S + 2
     assert metric_value(gateway.url, "turnout_rejected_requests_total", status="499") == before + 1
+    assert _refusals(gateway, "body_timeout") == refused + 1
     assert chat(gateway.url).status_code == 200
 
 
@@ -161,6 +174,7 @@ def test_a_slow_but_steady_body_is_never_cut(gateway: Launched) -> None:
 
 def test_a_client_that_stops_reading_its_answer_is_dropped(gateway: Launched) -> None:
     before = metric_value(gateway.url, "turnout_requests_total", route="big", status="499")
+    stalls = _refusals(gateway, "send_stall")
     body = orjson.dumps({"model": "big", "messages": [{"role": "user", "content": "hi"}], "stream": True})
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
@@ -183,4 +197,5 @@ def test_a_client_that_stops_reading_its_answer_is_dropped(gateway: Launched) ->
         except ConnectionResetError:
             pass
     assert received.startswith(b"HTTP/1.1 200 ") and b"data: [DONE]" not in received
+    assert _refusals(gateway, "send_stall") == stalls + 1
     assert chat(gateway.url).status_code == 200
