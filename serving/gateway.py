@@ -134,7 +134,7 @@ class Gateway:
         started = self._clock()
         try:
             variant, result, attempt_started = await self._attempts(
-                routed, endpoint, lambda backend: backend.complete(request)
+                routed, endpoint, started, lambda backend: backend.complete(request)
             )
         except TurnoutError as exc:
             resolve(waiting, Answer(exc.status, "", self._clock() - started))
@@ -146,7 +146,7 @@ class Gateway:
             resolve(
                 waiting, Answer(200, answer_text(result.text, result.message_extra), self._clock() - started)
             )
-        self._observe(routed, variant, endpoint, 200, attempt_started, None, result.usage)
+        self._observe(routed, variant, endpoint, 200, (started, attempt_started), None, result.usage)
         return result
 
     async def stream(self, routed: Routed, request: GenerateRequest, endpoint: str) -> AsyncIterator[Chunk]:
@@ -166,23 +166,38 @@ class Gateway:
             return first, upstream
 
         try:
-            variant, (first, upstream), attempt_started = await self._attempts(routed, endpoint, first_chunk)
+            variant, (first, upstream), attempt_started = await self._attempts(
+                routed, endpoint, started, first_chunk
+            )
         except TurnoutError as exc:
             resolve(waiting, Answer(exc.status, "", self._clock() - started))
             raise
         except asyncio.CancelledError:
             resolve(waiting, Answer(499, "", self._clock() - started))
             raise
-        ttft = self._clock() - attempt_started
-        _after_this_turn(self.metrics.series(routed.route.name, variant, endpoint).ttft.observe, ttft)
+        first_at = self._clock()
+        # The client waited from ``started`` (retries and fallbacks included); the canary judges
+        # the variant that served on its own attempt.
+        _after_this_turn(
+            self.metrics.series(routed.route.name, variant, endpoint).ttft.observe, first_at - started
+        )
         return self._observed_stream(
-            routed, variant, endpoint, attempt_started, ttft, first, upstream, waiting
+            routed,
+            variant,
+            endpoint,
+            (started, attempt_started),
+            first_at - attempt_started,
+            first,
+            upstream,
+            waiting,
         )
 
     async def _attempts(
-        self, routed: Routed, endpoint: str, call: Callable[[Backend], Awaitable[T]]
+        self, routed: Routed, endpoint: str, started: float, call: Callable[[Backend], Awaitable[T]]
     ) -> tuple[str, T, float]:
         """Try the primary, its retries, then the fallbacks; skip variants whose breaker is open.
+        Returns the variant that answered, its answer and when its attempt began (``started``:
+        when the request did).
 
         A failure (5xx, timeout, unreachable) counts against the variant's breaker; an overload
         (429: a full queue or connection pool, an upstream's own 429) leaves the breaker as it
@@ -202,7 +217,7 @@ class Gateway:
                 self._sample(routed, variant, 503, self._clock(), None)  # a canary that can't serve fails
                 continue
             routed.served_by = variant
-            started = self._clock()
+            attempt_started = self._clock()
             try:
                 result = await call(self.backends[variant])
             except (BackendError, Overloaded) as exc:
@@ -211,21 +226,21 @@ class Gateway:
                     overloaded.add(variant)
                 else:
                     self._breaker_record(variant, False)
-                self._sample(routed, variant, exc.status, started, None)
+                self._sample(routed, variant, exc.status, attempt_started, None)
                 self.metrics.attempts_failed.labels(routed.route.name, variant, str(exc.status)).inc()
                 failed.append(f"{variant} {exc.status}")
                 last_error = exc
                 continue
             except TurnoutError as exc:  # the request is at fault, not the backend: no retry
                 self._breaker_record(variant, True)
-                self._observe(routed, variant, endpoint, exc.status, started, None)
+                self._observe(routed, variant, endpoint, exc.status, (started, attempt_started), None)
                 raise
             except asyncio.CancelledError:  # the client hung up and the API layer cancelled the work
                 breaker.release(self._clock())  # a cancelled probe says nothing about the backend
-                self._observe(routed, variant, endpoint, 499, started, None)
+                self._observe(routed, variant, endpoint, 499, (started, attempt_started), None)
                 raise
             self._breaker_record(variant, True)
-            return variant, result, started
+            return variant, result, attempt_started
         if last_error is None:
             last_error = BackendUnavailable(
                 f"no variant of '{routed.route.name}' is available: circuit open for {', '.join(skipped)}",
@@ -234,7 +249,9 @@ class Gateway:
         elif len(failed) > 1 or skipped:  # the client sees the last error; say what came before it
             circuit = f"; circuit open: {', '.join(skipped)}" if skipped else ""
             last_error.message = f"{last_error.message} (attempts: {', '.join(failed)}{circuit})"
-        self.metrics.series(routed.route.name, routed.served_by, endpoint).requests(last_error.status).inc()
+        series = self.metrics.series(routed.route.name, routed.served_by, endpoint)
+        series.requests(last_error.status).inc()
+        series.latency.observe(self._clock() - started)  # failures too: the slowest are often here
         raise last_error
 
     async def _observed_stream(
@@ -242,7 +259,7 @@ class Gateway:
         routed: Routed,
         variant: str,
         endpoint: str,
-        started: float,
+        started: tuple[float, float],
         ttft: float,
         first: Chunk,
         upstream: AsyncIterator[Chunk],
@@ -272,7 +289,7 @@ class Gateway:
             await _close(upstream)
             self._observe(routed, variant, endpoint, status, started, ttft, last.usage)
             if answer is not None:
-                resolve(waiting, Answer(status, answer.text(), self._clock() - started))
+                resolve(waiting, Answer(status, answer.text(), self._clock() - started[0]))
 
     # -- side effects ------------------------------------------------------------------------
 
@@ -321,13 +338,20 @@ class Gateway:
         variant: str,
         endpoint: str,
         status: int,
-        started: float,
+        started: tuple[float, float],
         ttft: float | None,
         usage: Usage | None = None,
     ) -> None:
-        """Time a finished attempt now; write its metrics and canary sample once the answer is out."""
-        elapsed, at = self._clock() - started, self._wall()
-        _after_this_turn(self._record, routed, variant, endpoint, status, at, elapsed, ttft, usage)
+        """Time a finished request now; write its metrics and canary sample once the answer is out.
+
+        ``started``: when the request began and when the attempt that answered did. The metrics
+        time the request as its client saw it (retries and fallbacks included); the canary's
+        sample, like ``ttft``, times the attempt: it judges the variant that served."""
+        now, at = self._clock(), self._wall()
+        request_s, attempt_s = now - started[0], now - started[1]
+        _after_this_turn(
+            self._record, routed, variant, endpoint, status, at, (request_s, attempt_s), ttft, usage
+        )
 
     def _record(
         self,
@@ -336,17 +360,17 @@ class Gateway:
         endpoint: str,
         status: int,
         at: float,
-        elapsed: float,
+        elapsed: tuple[float, float],
         ttft: float | None,
         usage: Usage | None,
     ) -> None:
         series = self.metrics.series(routed.route.name, variant, endpoint)
         series.requests(status).inc()
-        series.latency.observe(elapsed)
+        series.latency.observe(elapsed[0])
         if usage is not None:
             series.prompt_tokens.inc(usage.prompt_tokens)
             series.completion_tokens.inc(usage.completion_tokens)
-        self._record_sample(routed, variant, status, at, elapsed, ttft)
+        self._record_sample(routed, variant, status, at, elapsed[1], ttft)
 
 
 def _after_this_turn(record: Callable[..., None], *args: object) -> None:

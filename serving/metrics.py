@@ -32,6 +32,10 @@ _LATENCY_BUCKETS = (
     10.0,
     30.0,
     60.0,
+    120.0,
+    300.0,
+    600.0,  # a non-streamed answer's default read timeout (openai_http)
+    1200.0,
 )
 _BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32)
 
@@ -207,7 +211,7 @@ class GatewayMetrics:
         )
         self.attempts_failed = Counter(
             "turnout_attempts_failed",
-            "Attempts on a variant that failed before the first byte and moved on (retry or fallback)",
+            "Attempts on a variant that failed before the first byte (then a retry or fallback, if any)",
             ["route", "variant", "status"],
             registry=self.registry,
         )

@@ -38,6 +38,7 @@ def servers() -> Iterator[dict[str, FaultServer]]:
         FaultServer(default="cut=2") as cut,
         FaultServer(default="stall=5000") as stall,
         FaultServer(default="corrupt") as corrupt,
+        FaultServer(default="latency=400,error=503") as slow_fail,
     ):
         yield {
             "flaky": flaky,
@@ -49,6 +50,7 @@ def servers() -> Iterator[dict[str, FaultServer]]:
             "cut": cut,
             "stall": stall,
             "corrupt": corrupt,
+            "slow_fail": slow_fail,
         }
 
 
@@ -84,6 +86,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultSe
         "cut": route("cut", fallbacks=["good"]),
         "stall": route("stall", fallbacks=["good"]),
         "corrupt": route("corrupt", fallbacks=["good"]),
+        "slow-fallback": route("slow_fail", fallbacks=["good"]),
     }
     breaker = {"consecutive_failures": 3, "cooldown_s": 1.0}
     config = write_config(
@@ -169,6 +172,30 @@ def test_when_every_attempt_fails_the_error_names_them_all(gateway: Launched) ->
     assert reply.status_code == 503 and reply.headers["retry-after"] == "5"  # the last attempt's
     message = reply.json()["error"]["message"]
     assert message.endswith("(attempts: busy 429, unavailable 503; circuit open: flaky)"), message
+
+
+def test_the_metrics_time_what_the_client_waited_failed_attempts_and_failures_included(
+    gateway: Launched,
+) -> None:
+    def seconds(name: str, route: str) -> float:
+        return metric_value(gateway.url, f"turnout_{name}_seconds_sum", route=route)
+
+    for stream in (False, True):  # slow_fail fails after 0.4 s; good answers at once
+        latency, ttft = (
+            seconds("request_latency", "slow-fallback"),
+            seconds("time_to_first_token", "slow-fallback"),
+        )
+        reply = chat(gateway.url, "slow-fallback", stream=stream)
+        assert reply.status_code == 200 and reply.headers["x-turnout-variant"] == "good"
+        assert seconds("request_latency", "slow-fallback") - latency >= 0.4
+        if stream:
+            assert seconds("time_to_first_token", "slow-fallback") - ttft >= 0.4
+    count = metric_value(gateway.url, "turnout_request_latency_seconds_count", route="everything-fails")
+    assert chat(gateway.url, "everything-fails").status_code == 503
+    assert (
+        metric_value(gateway.url, "turnout_request_latency_seconds_count", route="everything-fails")
+        == count + 1
+    )
 
 
 def test_a_client_error_is_not_retried_or_failed_over(
