@@ -110,6 +110,8 @@ class ShadowTee:
             answer = Answer(500, "", self._clock() - started)
         result_ = compare(reference, answer)
         self.recorder.compared(route, shadow, request.request_id, reference, answer, result_)
+        if answer.status != 200:  # counted once, as its error or timeout: no answer to compare
+            return
         counter.labels(route, shadow, "differ" if result_.differs else "match").inc()
         self._metrics.shadow_similarity.labels(route, shadow).observe(result_.similarity)
 

@@ -94,6 +94,9 @@ def test_a_dead_shadow_and_a_five_second_shadow_never_touch_the_primary(
         assert slow["exact_matches"] == 4 and slow["latency_delta_ms_p50"] > 4_000
         assert summary["in_flight"] == 0
         assert metric_value(gateway.url, "turnout_shadow_requests_total", shadow="down", outcome="error") == 4
+        # one outcome per copy: a copy that failed is not also a "differ" (nor a similarity of 0)
+        assert metric_value(gateway.url, "turnout_shadow_requests_total", shadow="down") == 4
+        assert metric_value(gateway.url, "turnout_shadow_similarity_count", shadow="down") == 0
 
 
 def test_shadow_overflow_is_dropped_and_counted(tmp_path: Path, variants: dict[str, Any]) -> None:
