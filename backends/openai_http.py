@@ -6,7 +6,8 @@ variant's pooled keep-alive connections (``backends/upstream_pool.py``), and the
 :class:`Completion` or a stream of :class:`Chunk` (parsed from the upstream SSE as it
 arrives, never buffered whole). Every failure leaves as a typed ``serving.errors``
 error: upstream 4xx → :class:`UpstreamClientError` (same status and body) but 429 → an
-:class:`Overloaded` (fallbacks are tried); 503/504 kept, other 5xx or malformed → 502,
+:class:`Overloaded` (fallbacks are tried) and 401/403/404/405 → 502 (the variant's own
+configuration is wrong, not the client's request); 503/504 kept, other 5xx or malformed → 502,
 unreachable → 503, timeout → 504, in both paths alike.
 """
 
@@ -71,6 +72,8 @@ def _error_fields(body: bytes) -> tuple[str | None, str | None, str | None, str 
     if not isinstance(err, dict):
         return (err if isinstance(err, str) else None), None, None, None
     message, etype, param, code = (err.get(k) for k in ("message", "type", "param", "code"))
+    if message is None and "detail" in data:  # FastAPI's own 4xx body (a 422 lists what failed)
+        message = str(data["detail"])[:500]
     return (
         message if isinstance(message, str) else None,
         etype if isinstance(etype, str) else None,
@@ -94,17 +97,29 @@ class UpstreamOverloaded(Overloaded):
         TurnoutError.__init__(self, message, code=code, headers={"retry-after": retry_after or "1"})
 
 
+# Upstream 4xx that are the gateway's doing, and the variant setting each points to.
+_VARIANT_MISCONFIGURED = {401: "api_key", 403: "api_key", 404: "model and base_url", 405: "base_url"}
+
+
 def status_error(name: str, status: int, body: bytes, retry_after: str | None) -> TurnoutError:
     """Map a non-2xx upstream answer to the typed error the gateway renders.
 
-    4xx keep their status and fields (the request is at fault) except 429, an overload; 503 and
-    504 stay 503 and 504 (as Triton's are mapped), any other 5xx is a 502. ``Retry-After``
-    travels with the 429 and the 503."""
+    4xx keep their status and fields (the request is at fault) except 429, an overload, and
+    those that say the gateway's own settings for the variant are wrong (its ``api_key``,
+    ``model`` or ``base_url``): a 502 naming the upstream, so the client is not told that a
+    model ``GET /v1/models`` lists does not exist, or that its own key failed, and the route's
+    fallbacks are tried. 503 and 504 stay 503 and 504 (as Triton's are mapped), any other 5xx
+    is a 502. ``Retry-After`` travels with the 429 and the 503."""
     message, etype, param, code = _error_fields(body)
     headers = {"retry-after": retry_after} if retry_after is not None else None
     if status == 429:
         return UpstreamOverloaded(
             message or f"upstream {name} answered 429", code=code, retry_after=retry_after
+        )
+    if status in _VARIANT_MISCONFIGURED:
+        hint = _VARIANT_MISCONFIGURED[status]
+        return BackendError(
+            f"upstream {name} answered {status}: {message or hint} (check the variant's {hint})"
         )
     if 400 <= status < 500:
         return UpstreamClientError(

@@ -39,6 +39,8 @@ def servers() -> Iterator[dict[str, FaultServer]]:
         FaultServer(default="stall=5000") as stall,
         FaultServer(default="corrupt") as corrupt,
         FaultServer(default="latency=400,error=503") as slow_fail,
+        FaultServer(default="error=401") as wrong_key,
+        FaultServer(default="error=404") as wrong_model,
     ):
         yield {
             "flaky": flaky,
@@ -51,6 +53,8 @@ def servers() -> Iterator[dict[str, FaultServer]]:
             "stall": stall,
             "corrupt": corrupt,
             "slow_fail": slow_fail,
+            "wrong_key": wrong_key,
+            "wrong_model": wrong_model,
         }
 
 
@@ -87,6 +91,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultSe
         "stall": route("stall", fallbacks=["good"]),
         "corrupt": route("corrupt", fallbacks=["good"]),
         "slow-fallback": route("slow_fail", fallbacks=["good"]),
+        "wrong-key": route("wrong_key"),
+        "wrong-model": route("wrong_model", fallbacks=["good"]),
     }
     breaker = {"consecutive_failures": 3, "cooldown_s": 1.0}
     config = write_config(
@@ -195,6 +201,23 @@ def test_the_metrics_time_what_the_client_waited_failed_attempts_and_failures_in
     assert (
         metric_value(gateway.url, "turnout_request_latency_seconds_count", route="everything-fails")
         == count + 1
+    )
+
+
+def test_an_upstream_refusing_the_gateways_own_key_or_model_name_is_a_502_and_falls_back(
+    gateway: Launched,
+) -> None:
+    """An upstream 401/403/404/405 says the variant's api_key, model or base_url is wrong: not
+    the client's key, nor a model /v1/models does not list."""
+    reply = chat(gateway.url, "wrong-key")
+    assert reply.status_code == 502
+    error = reply.json()["error"]
+    assert error["type"] != "invalid_request_error" and "answered 401" in error["message"]
+    assert "check the variant's api_key" in error["message"]
+    served = chat(gateway.url, "wrong-model")
+    assert served.status_code == 200 and served.headers["x-turnout-variant"] == "good"
+    assert (
+        metric_value(gateway.url, "turnout_attempts_failed_total", variant="wrong_model", status="502") == 1
     )
 
 

@@ -167,7 +167,7 @@ async def test_passthrough_of_fields_and_headers(fault_server: FaultServer) -> N
         assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
 
 
-@pytest.mark.parametrize("status", [400, 401, 404, 422])
+@pytest.mark.parametrize("status", [400, 409, 422])
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_upstream_4xx_is_client_error(fault_server: FaultServer, status: int, streaming: bool) -> None:
     async with backend_for(fault_server.base_url) as backend:
@@ -182,10 +182,29 @@ async def test_upstream_4xx_is_client_error(fault_server: FaultServer, status: i
         body = err.body()["error"]
         assert body["message"] == f"fault injected: status {status}"
         assert body["code"] == str(status)
-        types = {401: "authentication_error", 404: "not_found_error"}
-        expected_type = types.get(status, "invalid_request_error")
-        assert body["type"] == expected_type
+        assert body["type"] == "invalid_request_error"
         assert err.headers == {}
+
+
+@pytest.mark.parametrize(
+    ("status", "setting"), [(401, "api_key"), (403, "api_key"), (404, "model"), (405, "base_url")]
+)
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_upstream_refusing_the_variants_own_settings_is_a_502(
+    fault_server: FaultServer, status: int, setting: str, streaming: bool
+) -> None:
+    """The gateway's api_key, model name or URL for the variant is wrong, not the client's
+    request: a 502 naming the upstream, its answer and the setting to check."""
+    async with backend_for(fault_server.base_url) as backend:
+        with pytest.raises(BackendError) as info:
+            if streaming:
+                await drain(backend, chat(f"error={status}"))
+            else:
+                await asyncio.wait_for(backend.complete(chat(f"error={status}")), LIMIT)
+        err = info.value
+        assert err.status == 502 and not isinstance(err, ClientError)
+        assert f"answered {status}: fault injected: status {status}" in err.message
+        assert f"check the variant's {setting}" in err.message
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -96,10 +96,13 @@ def test_upstream_400_comes_back_as_the_same_openai_error(relay_url: str, gatewa
     assert relayed.json()["error"]["param"] == "max_tokens"
 
 
-def test_upstream_unknown_model_is_404(relay_url: str) -> None:
+def test_a_route_whose_upstream_lacks_its_model_is_a_502_not_a_404(relay_url: str) -> None:
+    """The relay lists "broken" in /v1/models; its upstream has no such model: the gateway's
+    variant is misconfigured, which the client must not read as "your model does not exist"."""
     reply = httpx.post(f"{relay_url}/v1/completions", json={"model": "broken", "prompt": "1"})
-    assert reply.status_code == 404
-    assert reply.json()["error"]["code"] == "model_not_found"
+    assert reply.status_code == 502
+    message = reply.json()["error"]["message"]
+    assert "answered 404" in message and "check the variant's model and base_url" in message
 
 
 def test_upstream_unknown_field_passes_through_and_is_refused_there(relay_url: str) -> None:
