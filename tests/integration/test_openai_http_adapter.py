@@ -67,6 +67,14 @@ async def drain(backend: OpenAIHttpBackend, request: GenerateRequest) -> list[Ch
     return await asyncio.wait_for(collect(backend, request, []), LIMIT)
 
 
+async def answer(backend: OpenAIHttpBackend, request: GenerateRequest, streaming: bool) -> None:
+    """Ask ``backend`` for ``request`` streamed or whole (a test expects it to raise)."""
+    if streaming:
+        await drain(backend, request)
+    else:
+        await asyncio.wait_for(backend.complete(request), LIMIT)
+
+
 async def test_lifecycle_and_info(fault_server: FaultServer) -> None:
     settings = OpenAIHttpSettings.model_validate(
         {
@@ -172,10 +180,7 @@ async def test_passthrough_of_fields_and_headers(fault_server: FaultServer) -> N
 async def test_upstream_4xx_is_client_error(fault_server: FaultServer, status: int, streaming: bool) -> None:
     async with backend_for(fault_server.base_url) as backend:
         with pytest.raises(ClientError) as info:
-            if streaming:
-                await drain(backend, chat(f"error={status}"))
-            else:
-                await asyncio.wait_for(backend.complete(chat(f"error={status}")), LIMIT)
+            await answer(backend, chat(f"error={status}"), streaming)
         err = info.value
         assert isinstance(err, UpstreamClientError)
         assert err.status == status
@@ -197,10 +202,7 @@ async def test_upstream_refusing_the_variants_own_settings_is_a_502(
     request: a 502 naming the upstream, its answer and the setting to check."""
     async with backend_for(fault_server.base_url) as backend:
         with pytest.raises(BackendError) as info:
-            if streaming:
-                await drain(backend, chat(f"error={status}"))
-            else:
-                await asyncio.wait_for(backend.complete(chat(f"error={status}")), LIMIT)
+            await answer(backend, chat(f"error={status}"), streaming)
         err = info.value
         assert err.status == 502 and not isinstance(err, ClientError)
         assert f"answered {status}: fault injected: status {status}" in err.message
@@ -214,10 +216,7 @@ async def test_upstream_429_is_an_overload_with_its_retry_after(
     """Not the request's fault: an :class:`Overloaded`, so the gateway tries the fallbacks."""
     async with backend_for(fault_server.base_url) as backend:
         with pytest.raises(Overloaded) as info:
-            if streaming:
-                await drain(backend, chat("error=429,retry_after=3"))
-            else:
-                await asyncio.wait_for(backend.complete(chat("error=429,retry_after=3")), LIMIT)
+            await answer(backend, chat("error=429,retry_after=3"), streaming)
         err = info.value
         assert isinstance(err, UpstreamOverloaded) and err.status == 429
         assert err.headers == {"retry-after": "3"}
@@ -252,10 +251,7 @@ async def test_upstream_5xx_is_a_backend_error_503_and_504_kept(
 ) -> None:
     async with backend_for(fault_server.base_url) as backend:
         with pytest.raises(BackendError) as info:
-            if streaming:
-                await drain(backend, chat(f"error={status},retry_after=4"))
-            else:
-                await asyncio.wait_for(backend.complete(chat(f"error={status},retry_after=4")), LIMIT)
+            await answer(backend, chat(f"error={status},retry_after=4"), streaming)
         assert type(info.value) is kind and info.value.status == (status if status != 500 else 502)
         assert str(status) in info.value.message
         assert info.value.headers == headers
@@ -271,10 +267,7 @@ def _closed_port() -> int:
 async def test_refused_port_is_unavailable(streaming: bool) -> None:
     async with backend_for(f"http://127.0.0.1:{_closed_port()}/v1") as backend:
         with pytest.raises(BackendUnavailable) as info:
-            if streaming:
-                await drain(backend, chat())
-            else:
-                await asyncio.wait_for(backend.complete(chat()), LIMIT)
+            await answer(backend, chat(), streaming)
         assert info.value.status == 503
 
 
