@@ -14,11 +14,14 @@ tokenizer is byte-level, the library's stream otherwise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,15 @@ from backends.token_text import TextStream, TokenText
 
 Event = tuple[str, str | None, int]
 _SEED_RANGE = 2**31  # ONNX Runtime GenAI's random_seed is an int32
+# Decode steps the worker may run ahead of an event loop's text work. A lone stream's loop
+# (its SSE writes, its wake-ups) is slower than the worker's steps and catches up by handling
+# several steps at a wake-up: a bound of 2 cost it ~15% of its tokens/s here, 32 stayed within
+# this VM's noise of no bound. Whatever the loop's stalls, a row a stop sequence ended costs at
+# most this many extra steps (~2 ms at batch size 1, ~13 ms at 16), not a run to max_tokens.
+STEPS_AHEAD = 32
+_NAP_S = 50e-6
+
+log = logging.getLogger("turnout.embedded")
 
 
 @dataclass(slots=True)
@@ -77,12 +89,16 @@ class Sequence:
 
     def fail(self, error: BaseException) -> None:
         """The batch raised (any thread): an error event, after the tokens already sent."""
-        self.loop.call_soon_threadsafe(self._fail)
+        self.loop.call_soon_threadsafe(self._fail_unless_finished)
 
-    def _fail(self) -> None:
+    def _fail_unless_finished(self) -> None:
         if not self.finished:
-            self.finished = True
-            self.emit("", "error", self.generated)
+            self.end_with_error()
+
+    def end_with_error(self) -> None:
+        """End with an error event now (on ``loop``), whatever this sequence sent before."""
+        self.finished = True
+        self.emit("", "error", self.generated)
 
     def finish(self, reason: str) -> None:
         if not self.finished:
@@ -113,6 +129,30 @@ class ScoredSequence(Sequence):
 
 
 Rows = list[tuple[int, Sequence]]  # (row in the batch, sequence) of one event loop
+
+
+class _Handoff:
+    """Keeps the worker at most :data:`STEPS_AHEAD` steps ahead of each of its batch's loops.
+
+    A loop calls ``done(loop)`` once it has handled a step (a count of its own: no wake-up to
+    pay on the loop, where a cross-thread wake-up per token cost a lone stream ~15% of its
+    tokens/s here); the worker, further ahead than that, sleeps in short naps until it catches
+    up, but never waits for a loop that is not running (a script driving ``run_batch``
+    itself, or a shutdown)."""
+
+    def __init__(self, loops: list[asyncio.AbstractEventLoop]) -> None:
+        self._handled = dict.fromkeys(loops, 0)  # each loop adds to its own count only
+        self._posted = 0  # steps posted to every loop
+
+    def done(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._handled[loop] += 1
+
+    def wait_for_loops(self) -> None:
+        self._posted += 1
+        for loop, handled in self._handled.items():
+            while self._posted - handled > STEPS_AHEAD and loop.is_running():
+                time.sleep(_NAP_S)
+                handled = self._handled[loop]
 
 
 def _rows_by_loop(sequences: list[Sequence]) -> dict[asyncio.AbstractEventLoop, Rows]:
@@ -247,6 +287,8 @@ class GenAIModel:
         generator.append_tokens(tokens)
         scored = [(row, seq) for row, seq in enumerate(live) if isinstance(seq, ScoredSequence)]
         by_loop = _rows_by_loop(live)
+        handed = _Handoff(list(by_loop))
+        done = {loop: partial(handed.done, loop) for loop in by_loop}
         going = list(enumerate(live))
         eos_ids = self.eos_ids
         step = 0
@@ -258,7 +300,8 @@ class GenAIModel:
                 scores = _score_step(generator.output("logits"), scored, next_tokens, step == 0)
             step += 1
             for loop, rows in by_loop.items():
-                loop.call_soon_threadsafe(self.advance_rows, rows, next_tokens, scores)
+                loop.call_soon_threadsafe(self.advance_rows, rows, next_tokens, scores, done[loop])
+            handed.wait_for_loops()
             going = [
                 (row, seq)
                 for row, seq in going
@@ -270,17 +313,33 @@ class GenAIModel:
                 )
             ]
 
-    def advance_rows(self, rows: Rows, tokens: list[int], scores: dict[int, TokenScore] | None) -> None:
-        """One decode step's tokens into each row's text and events (on the rows' event loop)."""
-        for row, seq in rows:
-            if seq.finished:
-                continue
-            if scores is not None and isinstance(seq, ScoredSequence) and row in scores:
-                seq.pending.append(scores[row])
-            if seq.cancel_requested:
-                seq.finish("cancelled")
-            else:
-                self._advance(seq, tokens[row])
+    def advance_rows(
+        self,
+        rows: Rows,
+        tokens: list[int],
+        scores: dict[int, TokenScore] | None,
+        done: Callable[[], None] = lambda: None,
+    ) -> None:
+        """One decode step's tokens into each row's text and events (on the rows' event loop);
+        ``done`` tells the worker this step is handled. A row whose text or consumer raises
+        ends with an error event; the others go on."""
+        try:
+            for row, seq in rows:
+                if seq.finished:
+                    continue
+                try:
+                    if scores is not None and isinstance(seq, ScoredSequence) and row in scores:
+                        seq.pending.append(scores[row])
+                    if seq.cancel_requested:
+                        seq.finish("cancelled")
+                    else:
+                        self._advance(seq, tokens[row])
+                except Exception:
+                    log.exception("row %d of a batch failed while its token became text", row)
+                    with contextlib.suppress(Exception):  # if its consumer raised, it hears nothing more
+                        seq.end_with_error()
+        finally:
+            done()
 
     def _advance(self, seq: Sequence, token: int) -> None:
         seq.generated += 1  # the end token too: vLLM counts it in usage, and logprobs list it

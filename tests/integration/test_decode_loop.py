@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,7 +15,8 @@ import pytest
 
 from backends import ortgenai_capi
 from backends.base import SamplingParams
-from backends.ortgenai_runner import Event, GenAIModel, Sequence
+from backends.ortgenai_runner import STEPS_AHEAD, Event, GenAIModel, Sequence
+from backends.token_text import TextStream
 from deploy.model.artifacts import onnx_dir
 
 
@@ -83,9 +85,13 @@ def test_the_batch_ends_with_its_longest_row(
     assert [finish for _, finish, _ in long_events].count("length") == 1
 
 
+@pytest.mark.parametrize("stall_s", [0.0, 0.05])
 def test_a_stop_sequence_ends_the_batch_soon_after_it_appears(
-    model: GenAIModel, loop: asyncio.AbstractEventLoop, steps: list[int]
+    model: GenAIModel, loop: asyncio.AbstractEventLoop, steps: list[int], stall_s: float
 ) -> None:
+    """However busy the event loop (``stall_s``: it is blocked as the batch begins), the worker
+    runs at most ``STEPS_AHEAD`` steps past the stop: it waits for the loop rather than decode
+    on to ``max_tokens`` for a row that has ended."""
     reference, reference_events = row(model, loop, 40, ignore_eos=True)
     model.run_batch([reference])
     settle(loop)
@@ -102,12 +108,13 @@ def test_a_stop_sequence_ends_the_batch_soon_after_it_appears(
     steps[0] = 0
 
     stopped, events = row(model, loop, 400, ignore_eos=True, stop=(stop,))
+    loop.call_soon_threadsafe(time.sleep, stall_s)
     model.run_batch([stopped])
     settle(loop)
 
     assert events[-1][1] == "stop"
     assert text_of(events) == full[:cut]
-    assert appears_at <= steps[0] <= appears_at + 8, (appears_at, steps[0])  # not 400
+    assert appears_at <= steps[0] <= appears_at + STEPS_AHEAD, (appears_at, steps[0])  # not 400
 
 
 def test_a_failing_batch_sends_its_error_after_the_tokens_it_made(
@@ -131,6 +138,40 @@ def test_a_failing_batch_sends_its_error_after_the_tokens_it_made(
     assert events[-1] == ("", "error", 4)
     assert [finish for _, finish, _ in events[:-1]] == [None] * (len(events) - 1)
     assert events[-2][2] == 4  # every token made before the failure reached the consumer first
+
+
+class BreaksOnItsThirdToken:
+    def __init__(self, inner: TextStream) -> None:
+        self.inner, self.count = inner, 0
+
+    def decode(self, token: int) -> str:
+        self.count += 1
+        if self.count == 3:
+            raise UnicodeError("this tokenizer cannot spell that")
+        return self.inner.decode(token)
+
+
+def test_a_row_whose_text_fails_ends_with_an_error_and_the_others_go_on(
+    model: GenAIModel, loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = model.text_stream
+    made: list[TextStream] = []
+
+    def streams() -> TextStream:  # the batch's first row gets the breaking one
+        made.append(real() if made else BreaksOnItsThirdToken(real()))
+        return made[-1]
+
+    alone, reference = row(model, loop, 8, ignore_eos=True)
+    model.run_batch([alone])
+    settle(loop)
+    monkeypatch.setattr(model, "text_stream", streams)
+    rows = [row(model, loop, 8, ignore_eos=True) for _ in range(3)]
+    model.run_batch([seq for seq, _ in rows])
+    settle(loop)
+    broken, *others = (events for _, events in rows)
+    assert broken[-1] == ("", "error", 3)
+    assert reference[-1][1:] == ("length", 8)
+    assert others == [reference, reference]  # every token, none lost to the other row's failure
 
 
 def test_a_row_cancelled_before_its_batch_ends_at_once_and_the_rest_go_on(
