@@ -5,6 +5,8 @@ On the request path of every adapter that sends text rather than messages to its
 ``backends/embedded.py`` (then tokenized in-process) and ``backends/triton.py`` (then sent as
 ``text_input``). Rendered in Jinja's immutable sandbox, as Hugging Face's
 ``apply_chat_template`` does, with ``bos_token`` / ``eos_token`` and ``add_generation_prompt``.
+OpenAI's ``developer`` role (its newer name for ``system``) reaches a template that never names
+it as ``system``, rather than as a role the model was never trained on.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._template = ImmutableSandboxedEnvironment().from_string(source)
+        self._knows_developer = "developer" in source
 
     @classmethod
     def from_folder(cls, folder: Path) -> ChatTemplate | None:
@@ -41,8 +44,11 @@ class ChatTemplate:
         """The prompt for ``messages`` as the client sent them; content parts other than text
         (an image) are a 400, since this template's model reads text only."""
         try:
+            flat = text_messages(messages)
+            if not self._knows_developer:
+                flat = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in flat]
             return self._template.render(
-                messages=text_messages(messages),
+                messages=flat,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,

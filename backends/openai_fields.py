@@ -16,8 +16,19 @@ from typing import Any
 from backends.logprobs import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 from serving.errors import ClientError
 
-# Accepted and ignored everywhere: they do not change what is generated.
-IGNORED_FIELDS = frozenset({"store", "metadata", "service_tier", "parallel_tool_calls", "user"})
+# Accepted and ignored everywhere: they do not change what is generated (prompt_cache_key and
+# safety_identifier: OpenAI's cache-routing hint and its successor to ``user``).
+IGNORED_FIELDS = frozenset(
+    {
+        "store",
+        "metadata",
+        "service_tier",
+        "parallel_tool_calls",
+        "user",
+        "prompt_cache_key",
+        "safety_identifier",
+    }
+)
 # OpenAI's own fields, accepted only at their neutral value unless the engine maps them; any
 # other value is "not supported by <engine>", not mistaken for a typo.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
@@ -38,6 +49,14 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "tools": (None, []),
     "tool_choice": (None, "none"),
     "logit_bias": (None, {}),
+    # vLLM's sampling extensions, which clients built for vLLM send at their defaults.
+    "repetition_penalty": (1, 1.0, None),
+    "min_tokens": (0, None),
+    "min_p": (0, 0.0, None),
+    "skip_special_tokens": (True, None),  # the embedded engine never shows special tokens
+    "spaces_between_special_tokens": (True, None),
+    "include_stop_str_in_output": (False, None),
+    "use_beam_search": (False, None),
 }
 
 

@@ -64,7 +64,7 @@ class SamplingFields(WireModel):
     stream: bool | None = False  # null means false, as in OpenAI's schema
     stream_options: StreamOptions | None = None
     user: str | None = None
-    ignore_eos: bool = False  # vLLM extension
+    ignore_eos: bool | None = None  # vLLM extension (null: false, as vLLM reads it)
 
     def check(self, max_tokens_field: str = "max_tokens") -> None:
         if self.n is not None and self.n != 1:
@@ -117,7 +117,7 @@ class SamplingFields(WireModel):
             top_k=None if self.top_k in (None, -1, 0) else self.top_k,
             seed=self.seed,
             stop=stop,
-            ignore_eos=self.ignore_eos,
+            ignore_eos=bool(self.ignore_eos),
         )
 
     def include_usage(self) -> bool:

@@ -34,6 +34,20 @@ def test_the_shipped_template_renders_parts_like_a_string() -> None:
     assert template.render(parts) == template.render([{"role": "user", "content": "12+34="}])
 
 
+def test_a_developer_message_is_a_system_message_to_a_template_that_knows_only_system() -> None:
+    template = ChatTemplate.from_folder(hf_dir())
+    assert template is not None
+    developer = template.render(
+        [{"role": "developer", "content": "add"}, {"role": "user", "content": "1+2="}]
+    )
+    assert developer == template.render(
+        [{"role": "system", "content": "add"}, {"role": "user", "content": "1+2="}]
+    )
+    assert "<|developer|>" not in developer
+    knows = ChatTemplate("{% for m in messages %}[{{ m['role'] }}]{% endfor %}{# developer #}")
+    assert knows.render([{"role": "developer", "content": "x"}], add_generation_prompt=False) == "[developer]"
+
+
 def test_a_non_text_part_is_a_400_naming_it() -> None:
     messages = [
         {"role": "system", "content": "add"},

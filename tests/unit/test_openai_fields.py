@@ -8,6 +8,7 @@ import pytest
 
 from backends.openai_fields import check_extra
 from serving.errors import ClientError
+from serving.protocol import CompletionRequest
 
 ENGINE = "the embedded engine"
 
@@ -21,6 +22,16 @@ ENGINE = "the embedded engine"
         {"suffix": ""},
         {"response_format": {"type": "text"}},
         {"functions": [], "function_call": "none", "modalities": ["text"], "reasoning_effort": None},
+        {"prompt_cache_key": "tenant-7", "safety_identifier": "hash-of-alice"},
+        {  # what a client built for vLLM sends at vLLM's defaults
+            "repetition_penalty": 1.0,
+            "min_tokens": 0,
+            "min_p": 0.0,
+            "skip_special_tokens": True,
+            "spaces_between_special_tokens": True,
+            "include_stop_str_in_output": False,
+            "use_beam_search": False,
+        },
     ],
 )
 def test_fields_that_do_not_change_the_answer_are_accepted(extra: dict[str, Any]) -> None:
@@ -37,6 +48,10 @@ def test_fields_that_do_not_change_the_answer_are_accepted(extra: dict[str, Any]
         ("modalities", ["text", "audio"]),
         ("prediction", {"type": "content", "content": "x"}),
         ("reasoning_effort", "high"),
+        ("repetition_penalty", 1.2),
+        ("min_tokens", 5),
+        ("skip_special_tokens", False),
+        ("include_stop_str_in_output", True),
     ],
 )
 def test_known_fields_the_engine_cannot_express_are_named(name: str, value: Any) -> None:
@@ -71,3 +86,8 @@ def test_the_openai_user_field_travels_to_the_backend() -> None:
     assert [g.extra for g in batch.to_generates("r")] == [{"x": 1, "user": "bob"}] * 2
     plain = CompletionRequest.model_validate({"model": "m", "prompt": "a"})
     assert plain.to_generates("r")[0].extra == {}
+
+
+def test_vllms_ignore_eos_sent_as_null_means_false() -> None:
+    request = CompletionRequest.model_validate({"model": "m", "prompt": "1+2=", "ignore_eos": None})
+    assert request.sampling().ignore_eos is False
