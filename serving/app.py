@@ -16,13 +16,14 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.base import Backend
 from backends.registry import build_backend
 from serving.access import Access
 from serving.api import admin_routes, health, openai_routes
 from serving.api import errors as api_errors
+from serving.api.openai_routes import request_id
 from serving.api.state import AppState
 from serving.canary_controller import CanaryController
 from serving.config import GatewayConfig, default_config
@@ -80,7 +81,25 @@ class GatewayApp(FastAPI):
                 scope["app"] = self
                 await endpoint(scope, receive, send)
                 return
+        if scope["type"] == "http":  # the generation endpoints set their own
+            send = _with_request_id(scope, send)
         await super().__call__(scope, receive, send)
+
+
+def _with_request_id(scope: Scope, send: Send) -> Send:
+    """``send`` that gives the answer an ``x-request-id`` (the client's, if fit to echo) unless
+    it has one: every answer carries one, /v1/models, admin calls and 404s included."""
+    sent = next((value for name, value in scope["headers"] if name == b"x-request-id"), None)
+    rid = request_id(sent.decode("latin-1") if sent is not None else None).encode("latin-1")
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", ()))
+            if not any(name.lower() == b"x-request-id" for name, _ in headers):
+                message = {**message, "headers": [*headers, (b"x-request-id", rid)]}
+        await send(message)
+
+    return sending
 
 
 def _allow_browsers(gateway_app: GatewayApp, origins: tuple[str, ...]) -> None:
