@@ -163,6 +163,8 @@ def chat_body(
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if message_extra:
         message.update(message_extra)
+        if not text and "tool_calls" in message_extra:  # as OpenAI and vLLM send a bare tool call
+            message["content"] = None
     return orjson.dumps(
         {
             "id": f"chatcmpl-{rid}",
