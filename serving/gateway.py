@@ -267,6 +267,7 @@ class Gateway:
     ) -> AsyncIterator[Chunk]:
         status = 200
         last = first
+        delivered = 1 if first.text else 0  # text chunks handed on (see the usage below)
         answer = StreamedAnswer() if waiting else None  # what the shadows are compared with
         if answer is not None:
             answer.add(first.text, first.extra)
@@ -278,6 +279,7 @@ class Gateway:
                     if answer is not None:
                         answer.add(chunk.text, chunk.extra)
                     yield chunk
+                    delivered += 1 if chunk.text else 0
         except TurnoutError as exc:
             status = exc.status
             self._breaker_record(variant, not isinstance(exc, BackendError))
@@ -287,7 +289,10 @@ class Gateway:
             raise
         finally:
             await _close(upstream)
-            self._observe(routed, variant, endpoint, status, started, ttft, last.usage)
+            # A stream that ended without its usage (the client left, the upstream cut it) still
+            # produced tokens: one per text chunk delivered, a lower bound (as a key's TPM charge).
+            usage = last.usage or Usage(completion_tokens=delivered)
+            self._observe(routed, variant, endpoint, status, started, ttft, usage)
             if answer is not None:
                 resolve(waiting, Answer(status, answer.text(), self._clock() - started[0]))
 

@@ -235,6 +235,7 @@ def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_event(
     gateway: Launched, servers: dict[str, FaultServer], route: str
 ) -> None:
     before = servers["good"].stats()["requests"]
+    tokens = metric_value(gateway.url, "turnout_tokens_total", route=route, kind="completion")
     started = time.perf_counter()
     reply = chat(gateway.url, route, stream=True)
     took = time.perf_counter() - started
@@ -243,7 +244,13 @@ def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_event(
     assert events[-1] == "[DONE]"
     error = events[-2]["error"]
     assert error["type"] == "upstream_error" and error["code"] in {"bad_gateway", "backend_timeout"}
-    assert any(e != "[DONE]" and e.get("choices") and e["choices"][0]["delta"].get("content") for e in events)
+    said = [
+        e for e in events if e != "[DONE]" and e.get("choices") and e["choices"][0]["delta"].get("content")
+    ]
+    assert said
+    # No usage came; the tokens it delivered are counted still, one per text chunk (a lower bound).
+    counted = metric_value(gateway.url, "turnout_tokens_total", route=route, kind="completion") - tokens
+    assert counted == len(said)
     assert took < 4.0  # the 5 s stall ends at the 1 s read timeout, never a hang
     assert servers["good"].stats()["requests"] == before  # no fallback once bytes reached the client
 
