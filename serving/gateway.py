@@ -130,6 +130,14 @@ class Gateway:
     # -- calls -----------------------------------------------------------------------------
 
     async def complete(self, routed: Routed, request: GenerateRequest, endpoint: str) -> Completion:
+        in_flight = self.metrics.in_flight.labels(routed.route.name)
+        in_flight.inc()
+        try:
+            return await self._complete(routed, request, endpoint)
+        finally:
+            in_flight.dec()
+
+    async def _complete(self, routed: Routed, request: GenerateRequest, endpoint: str) -> Completion:
         waiting = self._mirror(routed, request)
         started = self._clock()
         try:
@@ -150,7 +158,10 @@ class Gateway:
         return result
 
     async def stream(self, routed: Routed, request: GenerateRequest, endpoint: str) -> AsyncIterator[Chunk]:
-        """Start the stream and return it once its first chunk has arrived."""
+        """Start the stream and return it once its first chunk has arrived; the request stays
+        in flight until the stream ends (``_observed_stream`` counts it out)."""
+        in_flight = self.metrics.in_flight.labels(routed.route.name)
+        in_flight.inc()
         waiting = self._mirror(routed, request)
         started = self._clock()
 
@@ -170,10 +181,15 @@ class Gateway:
                 routed, endpoint, started, first_chunk
             )
         except TurnoutError as exc:
+            in_flight.dec()
             resolve(waiting, Answer(exc.status, "", self._clock() - started))
             raise
         except asyncio.CancelledError:
+            in_flight.dec()
             resolve(waiting, Answer(499, "", self._clock() - started))
+            raise
+        except BaseException:
+            in_flight.dec()
             raise
         first_at = self._clock()
         # The client waited from ``started`` (retries and fallbacks included); the canary judges
@@ -288,6 +304,7 @@ class Gateway:
             status = 499  # client went away (cancelled) or the stream was closed early
             raise
         finally:
+            self.metrics.in_flight.labels(routed.route.name).dec()
             await _close(upstream)
             # A stream that ended without its usage (the client left, the upstream cut it) still
             # produced tokens: one per text chunk delivered, a lower bound (as a key's TPM charge).

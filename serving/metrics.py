@@ -221,6 +221,13 @@ class GatewayMetrics:
             ["variant"],
             registry=self.registry,
         )
+        self.in_flight = Gauge(
+            "turnout_requests_in_flight",
+            "Requests a route is serving now, from arrival to the end of their answer (a stream's "
+            "last event); each prompt of a batched /v1/completions counts",
+            ["route"],
+            registry=self.registry,
+        )
         self.route_version = Gauge(
             "turnout_route_version", "Route version in force", ["route"], registry=self.registry
         )

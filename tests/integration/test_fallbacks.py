@@ -41,6 +41,7 @@ def servers() -> Iterator[dict[str, FaultServer]]:
         FaultServer(default="latency=400,error=503") as slow_fail,
         FaultServer(default="error=401") as wrong_key,
         FaultServer(default="error=404") as wrong_model,
+        FaultServer(default="latency=500") as slow,
     ):
         yield {
             "flaky": flaky,
@@ -55,6 +56,7 @@ def servers() -> Iterator[dict[str, FaultServer]]:
             "slow_fail": slow_fail,
             "wrong_key": wrong_key,
             "wrong_model": wrong_model,
+            "slow": slow,
         }
 
 
@@ -93,6 +95,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultSe
         "slow-fallback": route("slow_fail", fallbacks=["good"]),
         "wrong-key": route("wrong_key"),
         "wrong-model": route("wrong_model", fallbacks=["good"]),
+        "slow": route("slow"),
     }
     breaker = {"consecutive_failures": 3, "cooldown_s": 1.0}
     config = write_config(
@@ -202,6 +205,23 @@ def test_the_metrics_time_what_the_client_waited_failed_attempts_and_failures_in
         metric_value(gateway.url, "turnout_request_latency_seconds_count", route="everything-fails")
         == count + 1
     )
+
+
+def test_requests_in_flight_are_counted_until_their_answer_ends(gateway: Launched) -> None:
+    def in_flight() -> float:
+        return metric_value(gateway.url, "turnout_requests_in_flight", route="slow")
+
+    for stream in (False, True):  # each answer takes 0.5 s
+        assert in_flight() == 0
+        asking = threading.Thread(target=chat, args=(gateway.url, "slow"), kwargs={"stream": stream})
+        asking.start()
+        time.sleep(0.2)
+        assert in_flight() == 1
+        asking.join()
+        assert in_flight() == 0
+    for stream in (False, True):  # failures count out too (an upstream 429 leaves breakers be)
+        assert chat(gateway.url, "busy-alone", stream=stream).status_code == 429
+    assert metric_value(gateway.url, "turnout_requests_in_flight", route="busy-alone") == 0
 
 
 def test_an_upstream_refusing_the_gateways_own_key_or_model_name_is_a_502_and_falls_back(
