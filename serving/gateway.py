@@ -251,9 +251,10 @@ class Gateway:
                 self._breaker_record(variant, True)
                 self._observe(routed, variant, endpoint, exc.status, (started, attempt_started), None)
                 raise
-            except asyncio.CancelledError:  # the client hung up and the API layer cancelled the work
+            except asyncio.CancelledError as exc:  # the client hung up: the API layer cancelled the work
                 breaker.release(self._clock())  # a cancelled probe says nothing about the backend
-                self._observe(routed, variant, endpoint, 499, (started, attempt_started), None)
+                if exc.args != (SIBLING_FAILED,):  # not counted: its request's failure already is
+                    self._observe(routed, variant, endpoint, 499, (started, attempt_started), None)
                 raise
             self._breaker_record(variant, True)
             return variant, result, attempt_started
@@ -393,6 +394,11 @@ class Gateway:
             series.prompt_tokens.inc(usage.prompt_tokens)
             series.completion_tokens.inc(usage.completion_tokens)
         self._record_sample(routed, variant, status, at, elapsed[1], ttft)
+
+
+# The message a prompt's call is cancelled with when another prompt of the same /v1/completions
+# request failed: the client did not leave (no 499), the request's own failure is what counts.
+SIBLING_FAILED = "another prompt of this request failed"
 
 
 def _after_this_turn(record: Callable[..., None], *args: object) -> None:

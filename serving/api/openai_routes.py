@@ -37,7 +37,7 @@ from serving.errors import (
     PayloadTooLarge,
     TurnoutError,
 )
-from serving.gateway import Routed
+from serving.gateway import SIBLING_FAILED, Routed
 from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 
 log = logging.getLogger("turnout")
@@ -322,9 +322,12 @@ async def _complete_all(
     tasks = [asyncio.ensure_future(one(generate)) for generate in generates]
     try:
         return list(await asyncio.gather(*tasks))
-    finally:
+    except asyncio.CancelledError:  # the client left: gather has cancelled the prompts (499s)
+        raise
+    except BaseException:  # one prompt failed: the others go, not counted as hang-ups
         for task in tasks:
-            task.cancel()
+            task.cancel(SIBLING_FAILED)
+        raise
 
 
 async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONAnswer | sse.SSEAnswer:

@@ -241,6 +241,17 @@ def test_requests_refused_before_routing_are_counted(gateway_url: str) -> None:
     assert metric_value(gateway_url, "turnout_rejected_requests_total", **bad) == before + 1
 
 
+def test_a_batch_whose_one_prompt_fails_is_counted_once_not_as_hang_ups(gateway_url: str) -> None:
+    """The other prompts of the request are cancelled by the gateway, not by a client leaving."""
+    labels = {"route": "turnout-tiny", "endpoint": "completions"}
+    hang_ups = metric_value(gateway_url, "turnout_requests_total", **labels, status="499")
+    too_long = "1 " * 600  # past the 512-token context
+    body = {"model": "turnout-tiny", "prompt": ["1+2=", "3+4=", too_long, "5+6="], "max_tokens": 64}
+    reply = httpx.post(gateway_url + COMPLETIONS, json={**body, "ignore_eos": True})
+    assert reply.status_code == 400
+    assert metric_value(gateway_url, "turnout_requests_total", **labels, status="499") == hang_ups
+
+
 @pytest.mark.parametrize(
     ("headers", "status"),
     [
