@@ -66,6 +66,9 @@ class Sequence:
     finished: bool = False
     cancel_requested: bool = False
     decoder: TextStream | None = None
+    # Tokens the worker decoded for it in earlier batches, whose padding cut it short: they are
+    # in ``prompt_ids`` now, and it goes on in a batch of its own (see ``run_batch``).
+    resumed: int = 0
 
     def __post_init__(self) -> None:
         self.scanner = StopScanner(self.params.stop)
@@ -240,14 +243,24 @@ class GenAIModel:
         return logits
 
     def run_batch(self, batch: list[Sequence]) -> None:
-        """Decode ``batch`` to completion (worker thread)."""
+        """Decode ``batch`` to completion (worker thread).
+
+        Prompts are right-padded to the longest, so a row shares the batch's room in the
+        context: a short prompt with a long ``max_tokens`` beside a long prompt would end at
+        the context before it could alone. Such rows go on, once the batch ends, in a batch of
+        their own with their tokens so far as prompt, so they get as many tokens as alone. (The
+        text goes on from the same tokens; int8's prompt pass rounds unlike its decode steps, so
+        a greedy int8 answer can drift a little after the cut: at char 1,669 of 2,009 once.)"""
         live = [s for s in batch if not s.cancel_requested]
         if len(live) < len(batch):
             _post_finish([s for s in batch if s.cancel_requested], "cancelled")
-        if not live:
-            return
+        while live:
+            live = self._run_rows(live)
+
+    def _run_rows(self, live: list[Sequence]) -> list[Sequence]:
+        """One batch of ``live``; returns the rows its padding cut short (they go on)."""
         padded_len = max(len(s.prompt_ids) for s in live)
-        budget = max(s.max_new_tokens for s in live)
+        budget = max(s.max_new_tokens - s.resumed for s in live)
         options: dict[str, float | bool] = {
             "max_length": min(self.context_length, padded_len + budget),
             "batch_size": len(live),
@@ -268,23 +281,36 @@ class GenAIModel:
             options["min_length"] = options["max_length"]
         generator = ortgenai_capi.Generator(self.model, options)
         try:
-            self._decode(generator, live, padded_len)
+            cut = self._decode(generator, live, padded_len, int(options["max_length"]))
         finally:
             generator.close()
-        _post_finish(live, "length")  # those the context length or the library's EOS stopped
+        # The rest end: the context length or the library's EOS stopped them.
+        _post_finish([s for s in live if not any(s is c for c in cut)], "length")
+        return cut
 
-    def _decode(self, generator: ortgenai_capi.Generator, live: list[Sequence], padded_len: int) -> None:
+    def _decode(
+        self, generator: ortgenai_capi.Generator, live: list[Sequence], padded_len: int, max_length: int
+    ) -> list[Sequence]:
         """The decode steps (worker thread). Each step's tokens go to the sequences' event loop
         in one call, where :meth:`advance_rows` turns them into text and events while this
         thread computes the next step, so a batch's text work does not wait in line with its
         compute. The batch ends once every row is known to be over: EOS and ``max_tokens`` the
         worker sees itself, a cancellation at once, a stop sequence once its loop has seen it
-        (a step or so later; the extra tokens are dropped)."""
+        (a step or so later; the extra tokens are dropped). Returns the rows the batch's padding
+        cut short, their tokens so far appended to their prompts."""
         tokens = np.full((len(live), padded_len), self.pad_id, dtype=np.int32)
         for row, seq in enumerate(live):
             tokens[row, : len(seq.prompt_ids)] = seq.prompt_ids
-            seq.decoder = self.text_stream()
+            if seq.decoder is None:
+                seq.decoder = self.text_stream()
         generator.append_tokens(tokens)
+        # Rows that alone would have more room than beside the longest prompt: their tokens are
+        # kept, in case the batch's end cuts them short.
+        made: dict[int, list[int]] = {
+            row: []
+            for row, seq in enumerate(live)
+            if padded_len + seq.max_new_tokens - seq.resumed > max_length
+        }
         scored = [(row, seq) for row, seq in enumerate(live) if isinstance(seq, ScoredSequence)]
         by_loop = _rows_by_loop(live)
         handed = _Handoff(list(by_loop))
@@ -302,16 +328,25 @@ class GenAIModel:
             for loop, rows in by_loop.items():
                 loop.call_soon_threadsafe(self.advance_rows, rows, next_tokens, scores, done[loop])
             handed.wait_for_loops()
+            for row, kept in made.items():
+                kept.append(next_tokens[row])
             going = [
                 (row, seq)
                 for row, seq in going
                 if not (
                     seq.finished
                     or seq.cancel_requested
-                    or step >= seq.max_new_tokens
+                    or seq.resumed + step >= seq.max_new_tokens
                     or (next_tokens[row] in eos_ids and not seq.params.ignore_eos)
                 )
             ]
+        cut = []
+        for row, seq in going:
+            if row in made and len(seq.prompt_ids) + step < self.context_length:
+                seq.prompt_ids = np.concatenate([seq.prompt_ids, np.asarray(made[row], dtype=np.int32)])
+                seq.resumed += step
+                cut.append(seq)
+        return cut
 
     def advance_rows(
         self,
@@ -383,7 +418,7 @@ def _score_step(
     step = score_rows(logits[rows, positions], [next_tokens[row] for row in rows], top)
     found: dict[int, TokenScore] = {}
     for (row, seq), score in zip(live, step, strict=True):
-        if first_step and seq.score_prompt:
+        if first_step and seq.score_prompt and not seq.resumed:
             prompt = seq.prompt_ids.tolist()
             seq.prompt_scores = prompt_scores(logits[row, : len(prompt)], prompt, seq.top)
         found[row] = score if seq.top == top else TokenScore(score.token, score.logprob, score.top[: seq.top])

@@ -186,3 +186,23 @@ def test_a_row_cancelled_before_its_batch_ends_at_once_and_the_rest_go_on(
     settle(loop)
     assert gone_events == [("", "cancelled", 0)]
     assert kept_events[-1][1:] == ("length", 6)
+
+
+def test_a_short_prompt_beside_a_long_one_still_gets_every_token_it_asked_for(
+    model: GenAIModel, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Right padding gives every row the longest prompt's room in the context: the short row's
+    500 tokens would end at 512 - 300 beside a 300-token prompt. It goes on in a batch of its
+    own and gets what it gets alone (fp32: token for token)."""
+    alone, reference = row(model, loop, 500, ignore_eos=True)
+    model.run_batch([alone])
+    settle(loop)
+    short, events = row(model, loop, 500, ignore_eos=True)
+    long_prompt = np.concatenate([short.prompt_ids, np.full(296, short.prompt_ids[-1], dtype=np.int32)])
+    long_events: list[Event] = []
+    long = Sequence(long_prompt, short.params, 8, loop, long_events.append)
+    model.run_batch([short, long])
+    settle(loop)
+    assert long_events[-1][1:] == ("length", 8)
+    assert events[-1][1:] == ("length", 500)
+    assert text_of(events) == text_of(reference)
