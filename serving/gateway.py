@@ -306,6 +306,12 @@ class Gateway:
             raise
         finally:
             self.metrics.in_flight.labels(routed.route.name).dec()
+            if status == 200 and delivered > 1:  # the decode pace the client saw, once per stream
+                first_at = started[1] + ttft
+                per_token = (self._clock() - first_at) / (delivered - 1)
+                _after_this_turn(
+                    self.metrics.series(routed.route.name, variant, endpoint).per_token.observe, per_token
+                )
             await _close(upstream)
             # A stream that ended without its usage (the client left, the upstream cut it) still
             # produced tokens: one per text chunk delivered, a lower bound (as a key's TPM charge).

@@ -37,6 +37,7 @@ _LATENCY_BUCKETS = (
     600.0,  # a non-streamed answer's default read timeout (openai_http)
     1200.0,
 )
+_PER_TOKEN_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32)
 
 
@@ -90,13 +91,23 @@ class RequestSeries:
     series per request, so :meth:`GatewayMetrics.series` hands out these children instead.
     """
 
-    __slots__ = ("_labels", "_requests", "_statuses", "completion_tokens", "latency", "prompt_tokens", "ttft")
+    __slots__ = (
+        "_labels",
+        "_requests",
+        "_statuses",
+        "completion_tokens",
+        "latency",
+        "per_token",
+        "prompt_tokens",
+        "ttft",
+    )
 
     def __init__(self, metrics: GatewayMetrics, route: str, variant: str, endpoint: str) -> None:
         self._requests = metrics.requests
         self._statuses: dict[int, Counter] = {}
         self.latency = metrics.latency.labels(route, variant, endpoint)
         self.ttft = metrics.ttft.labels(route, variant, endpoint)
+        self.per_token = metrics.per_token.labels(route, variant, endpoint)
         self.prompt_tokens = metrics.tokens.labels(route, variant, "prompt")
         self.completion_tokens = metrics.tokens.labels(route, variant, "completion")
         self._labels = (route, variant, endpoint)
@@ -184,6 +195,13 @@ class GatewayMetrics:
             "Time to the first streamed token",
             labels,
             buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.per_token = Histogram(
+            "turnout_time_per_output_token_seconds",
+            "A finished stream's time per token after its first: (last - first) / (tokens - 1)",
+            labels,
+            buckets=_PER_TOKEN_BUCKETS,
             registry=self.registry,
         )
         self.tokens = Counter(

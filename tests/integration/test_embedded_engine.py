@@ -122,12 +122,16 @@ def test_client_disconnect_cancels_a_non_streamed_request(gateway_url: str) -> N
 
 
 def test_request_metrics_per_route_and_variant(gateway_url: str) -> None:
+    labels = {"route": "turnout-tiny", "variant": "turnout-tiny", "endpoint": "completions"}
+    paced = metric(scrape(gateway_url), "turnout_time_per_output_token_seconds_count", **labels)
     body = {"model": "turnout-tiny", "prompt": "12+34=", "max_tokens": 8}
     assert httpx.post(f"{gateway_url}/v1/completions", json=body).status_code == 200
-    stream = {**body, "stream": True}
+    stream = {**body, "stream": True, "ignore_eos": True}
     assert httpx.post(f"{gateway_url}/v1/completions", json=stream).status_code == 200
     text = scrape(gateway_url)
-    labels = {"route": "turnout-tiny", "variant": "turnout-tiny", "endpoint": "completions"}
+    # one observation per finished stream of 2+ tokens: its pace after the first token
+    assert metric(text, "turnout_time_per_output_token_seconds_count", **labels) == paced + 1
+    assert 0 < metric(text, "turnout_time_per_output_token_seconds_sum", **labels) < 8
     assert metric(text, "turnout_requests_total", status="200", **labels) >= 2
     assert metric(text, "turnout_request_latency_seconds_count", **labels) >= 2
     assert metric(text, "turnout_time_to_first_token_seconds_count", **labels) >= 1
