@@ -138,6 +138,7 @@ def test_request_metrics_per_route_and_variant(gateway_url: str) -> None:
     assert metric(text, "turnout_tokens_total", route="turnout-tiny", kind="completion") >= 6
     assert metric(text, "turnout_tokens_total", route="turnout-tiny", kind="prompt") >= 14
     assert "turnout_queue_depth{" in text
+    assert 'turnout_circuit_open{variant="turnout-tiny-int4"} 0.0' in text  # present before any trip
 
 
 @contextmanager
