@@ -36,6 +36,7 @@ from serving.errors import (
     ClientError,
     Overloaded,
     TurnoutError,
+    UpstreamRefused,
 )
 
 _STREAM_OPTIONS = {"include_usage": True}
@@ -106,10 +107,12 @@ def status_error(name: str, status: int, body: bytes, retry_after: str | None) -
 
     4xx keep their status and fields (the request is at fault) except 429, an overload, and
     those that say the gateway's own settings for the variant are wrong (its ``api_key``,
-    ``model`` or ``base_url``): a 502 naming the upstream, so the client is not told that a
-    model ``GET /v1/models`` lists does not exist, or that its own key failed, and the route's
-    fallbacks are tried. 503 and 504 stay 503 and 504 (as Triton's are mapped), any other 5xx
-    is a 502. ``Retry-After`` travels with the 429 and the 503."""
+    ``model`` or ``base_url``, or the call does not suit that upstream): an
+    :class:`UpstreamRefused` 502 naming the upstream, so the client is not told that a model
+    ``GET /v1/models`` lists does not exist, or that its own key failed; the route's fallbacks
+    are tried, and the variant's breaker is left as it was. 503 and 504 stay 503 and 504 (as
+    Triton's are mapped), any other 5xx is a 502. ``Retry-After`` travels with the 429 and the
+    503."""
     message, etype, param, code = _error_fields(body)
     headers = {"retry-after": retry_after} if retry_after is not None else None
     if status == 429:
@@ -118,7 +121,7 @@ def status_error(name: str, status: int, body: bytes, retry_after: str | None) -
         )
     if status in _VARIANT_MISCONFIGURED:
         hint = _VARIANT_MISCONFIGURED[status]
-        return BackendError(
+        return UpstreamRefused(
             f"upstream {name} answered {status}: {message or hint} (check the variant's {hint})"
         )
     if 400 <= status < 500:

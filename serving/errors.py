@@ -100,6 +100,19 @@ class BackendError(TurnoutError):
     status = 502
     error_type = "upstream_error"
     default_code = "bad_gateway"
+    # Whether it says the backend is unhealthy (counted by its circuit breaker, retried).
+    judges_backend = True
+
+
+class UpstreamRefused(BackendError):
+    """The upstream refused the gateway's call as made (401/403/404/405): the variant's key,
+    model name or URL is wrong, or the call does not suit that upstream (a chat-only model
+    asked for a text completion). Not the client's fault as sent, so a 502 and the route's
+    fallbacks; not a sign of ill health either, so no breaker count and no retry: one client's
+    calls must not take a variant away from the others."""
+
+    default_code = "upstream_refused"
+    judges_backend = False
 
 
 class BackendUnavailable(BackendError):

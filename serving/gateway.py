@@ -216,16 +216,17 @@ class Gateway:
         when the request did).
 
         A failure (5xx, timeout, unreachable) counts against the variant's breaker; an overload
-        (429: a full queue or connection pool, an upstream's own 429) leaves the breaker as it
-        was and that variant is not retried for this request, only the fallbacks."""
+        (429: a full queue or connection pool, an upstream's own 429) or a refusal of the call
+        (``UpstreamRefused``: 401/403/404/405) leaves the breaker as it was and that variant is
+        not retried for this request, only the fallbacks."""
         decision = routed.decision
         candidates = [decision.primary] * (1 + routed.route.spec.retries) + list(decision.fallbacks)
         last_error: TurnoutError | None = None
         skipped: list[str] = []
         failed: list[str] = []
-        overloaded: set[str] = set()
+        not_again: set[str] = set()  # overloaded or refusing the call: not retried for this request
         for variant in candidates:
-            if variant in overloaded:  # retrying an overloaded variant at once only adds to its load
+            if variant in not_again:  # retrying an overloaded variant at once only adds to its load
                 continue
             breaker = self.breakers[variant]
             if not breaker.allow(self._clock()):
@@ -237,9 +238,9 @@ class Gateway:
             try:
                 result = await call(self.backends[variant])
             except (BackendError, Overloaded) as exc:
-                if isinstance(exc, Overloaded):  # says nothing of the variant's health either way
+                if isinstance(exc, Overloaded) or not exc.judges_backend:  # nothing about its health
                     breaker.release(self._clock())
-                    overloaded.add(variant)
+                    not_again.add(variant)
                 else:
                     self._breaker_record(variant, False)
                 self._sample(routed, variant, exc.status, attempt_started, None)

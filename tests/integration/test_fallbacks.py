@@ -93,7 +93,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultSe
         "stall": route("stall", fallbacks=["good"]),
         "corrupt": route("corrupt", fallbacks=["good"]),
         "slow-fallback": route("slow_fail", fallbacks=["good"]),
-        "wrong-key": route("wrong_key"),
+        "wrong-key": route("wrong_key", retries=2),
         "wrong-model": route("wrong_model", fallbacks=["good"]),
         "slow": route("slow"),
     }
@@ -225,15 +225,21 @@ def test_requests_in_flight_are_counted_until_their_answer_ends(gateway: Launche
 
 
 def test_an_upstream_refusing_the_gateways_own_key_or_model_name_is_a_502_and_falls_back(
-    gateway: Launched,
+    gateway: Launched, servers: dict[str, FaultServer]
 ) -> None:
-    """An upstream 401/403/404/405 says the variant's api_key, model or base_url is wrong: not
-    the client's key, nor a model /v1/models does not list."""
-    reply = chat(gateway.url, "wrong-key")
-    assert reply.status_code == 502
-    error = reply.json()["error"]
-    assert error["type"] != "invalid_request_error" and "answered 401" in error["message"]
-    assert "check the variant's api_key" in error["message"]
+    """An upstream 401/403/404/405 says the variant's api_key, model or base_url is wrong (or
+    the call does not suit it): not the client's key, nor a model /v1/models does not list.
+    Nor is it ill health: no retry, and its circuit stays closed, so one client's calls that
+    the upstream refuses cannot take the variant away from everyone else."""
+    before = servers["wrong_key"].stats()["requests"]
+    for _ in range(5):  # more than the breaker's 3 consecutive failures
+        reply = chat(gateway.url, "wrong-key")
+        assert reply.status_code == 502
+        error = reply.json()["error"]
+        assert error["code"] == "upstream_refused" and "answered 401" in error["message"]
+        assert "check the variant's api_key" in error["message"]
+    assert servers["wrong_key"].stats()["requests"] == before + 5  # the route's 2 retries unused
+    assert metric_value(gateway.url, "turnout_circuit_open", variant="wrong_key") == 0
     served = chat(gateway.url, "wrong-model")
     assert served.status_code == 200 and served.headers["x-turnout-variant"] == "good"
     assert (
