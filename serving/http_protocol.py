@@ -6,9 +6,9 @@ do), so one client could pin memory or a connection for as long as it liked:
 - **Head size** (``max_head_bytes``): httptools accumulates a header line in memory for as
   long as it keeps coming (a 50 MB line was taken whole; h11 stops at 16 KB, nginx at 4 x 8 KB).
   The reads that arrive while a request's head is incomplete are counted and, past the bound,
-  the answer is ``431`` in the OpenAI error shape and the connection closes. A head that
-  arrives whole in one read is not refused (it is already in memory, no larger than a read);
-  a read that also ends a pipelined request is left out: the bound is approximate by one read.
+  the answer is ``431`` in the OpenAI error shape and the connection closes; a head that
+  arrived whole (in one read, or its last) is measured once parsed, request line and headers,
+  and refused alike before any ASGI code sees it.
 - **Head time** (``head_timeout_s``, nginx's ``client_header_timeout``): from the connection
   (or a request's first byte) to the end of its headers; a partial head gets ``408``, a
   connection that sent nothing is closed.
@@ -93,6 +93,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._in_head = False
         self._messages = 0
         self._head_bytes = 0
+        self._head_refused = False  # parsed whole, over the bound: its body and end are ignored
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._stall_timer: asyncio.TimerHandle | None = None
@@ -135,10 +136,22 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        # The request line ("METHOD SP url SP HTTP/1.1 CRLF", ~16 bytes besides the url) and
+        # each "name: value CRLF" header line.
+        size = len(self.url) + 16 + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.limits.max_head_bytes:
+            self._head_refused = True  # answered by data_received once the parser returns
+            return
         self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if not self._head_refused:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._head_refused:
+            return
         self._idle = True
         if self._body_timer is not None:
             self._body_timer.cancel()
@@ -148,6 +161,10 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         idle, in_head, messages = self._idle, self._in_head, self._messages
         super().data_received(data)
+        if self._head_refused:
+            if not self.transport.is_closing():
+                self._refuse_head()
+            return
         if self._body_timer is not None and not self.transport.is_closing():  # more body came
             self._body_timer.cancel()
             self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
@@ -157,12 +174,15 @@ class GuardedProtocol(HttpToolsProtocol):
         # Count a read only when all of it is head: it began one (from idle) or went on with one.
         if (idle and begun == 1) or (in_head and begun == 0):
             self._head_bytes += len(data)
+        if self._head_bytes > self.limits.max_head_bytes:
+            self._refuse_head()
+
+    def _refuse_head(self) -> None:
         limit = self.limits.max_head_bytes
-        if self._head_bytes > limit:
-            self.logger.debug("Request head over %d bytes: answered 431 and closed.", limit)
-            self._refused("head_too_large")
-            self.transport.write(head_too_large_response(limit))
-            self.transport.close()
+        self.logger.debug("Request head over %d bytes: answered 431 and closed.", limit)
+        self._refused("head_too_large")
+        self.transport.write(head_too_large_response(limit))
+        self.transport.close()
 
     # ---- timers ------------------------------------------------------------------------------------
 

@@ -92,6 +92,21 @@ def test_a_head_growing_past_the_bound_gets_431_and_the_connection_closes(gatewa
     assert _refusals(gateway, "head_too_large") == before + 1
 
 
+def test_a_head_over_the_bound_sent_in_one_read_gets_431_too(gateway: Launched) -> None:
+    """Measured once parsed (a head in one small read is not counted by reads)."""
+    before = _refusals(gateway, "head_too_large")
+    with _connect(gateway) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-filler: " + b"a" * (LIMIT * 2) + b"\r\n\r\n")
+        answer = _read_all(sock)
+    assert answer == head_too_large_response(LIMIT)
+    assert _refusals(gateway, "head_too_large") == before + 1
+    with _connect(gateway) as sock:  # just under the bound, in one read: served
+        sock.sendall(
+            b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\nx-filler: " + b"a" * 3900 + b"\r\n\r\n"
+        )
+        assert _read_all(sock).startswith(b"HTTP/1.1 200 ")
+
+
 def test_a_head_under_the_bound_sent_slowly_is_served(gateway: Launched) -> None:
     with _connect(gateway) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")
