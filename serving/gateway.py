@@ -226,7 +226,7 @@ class Gateway:
         failed: list[str] = []
         not_again: set[str] = set()  # overloaded or refusing the call: not retried for this request
         for variant in candidates:
-            if variant in not_again:  # retrying an overloaded variant at once only adds to its load
+            if variant in not_again:  # an overloaded one would only get more load, a refusing one refuse
                 continue
             breaker = self.breakers[variant]
             if not breaker.allow(self._clock()):
