@@ -11,6 +11,10 @@ The engine container, per engine:
   with the arguments and environment of ``deploy.render.vllm`` (model from ``/models`` or the
   Hub); probes on ``/health``.
 - ``trtllm``: ``trtllm-serve`` (PyTorch backend) with the options YAML from a ConfigMap; ``/health``.
+  Quantized weights (fp8, int8-wa, AWQ) are served, as by ``trtllm/serve.sh``, from the ModelOpt
+  export at ``/models/<name>/quantized-hf``: run ``turnout deploy render --target trtllm``'s
+  ``trtllm/quantize_hf.sh`` into that volume first (a Job on a GPU node); until then the pod
+  fails its start rather than load the unquantized checkpoint the plan did not size.
 - ``triton-trtllm`` / ``triton-vllm``: Triton's image running ``/models/<name>/triton/run.sh``
   (copy ``turnout deploy render --target triton`` output there; TensorRT-LLM's
   ``triton_backend`` checkout goes to ``/models/<name>/triton_backend``); probes on
@@ -44,7 +48,6 @@ from deploy.render.common import (
     RAY_VERSION,
     header,
     labels,
-    model_source,
     object_metadata,
     ray_image,
     to_yaml,
@@ -54,7 +57,7 @@ from deploy.render.common import (
 )
 from deploy.render.k8s_autoscaling import scaled_object
 from deploy.render.ray_serve import GATEWAY_REPLICAS, engine_in_ray, serve_config
-from deploy.render.trtllm import serve_options
+from deploy.render.trtllm import serve_options, served_model
 from deploy.render.vllm import SERVER_MODULE, environment, server_args
 from deploy.spec import VariantSpec
 
@@ -84,7 +87,7 @@ def _command(spec: VariantSpec) -> tuple[list[str], list[str], list[dict[str, An
     if spec.engine == "trtllm":
         options = f"{TRTLLM_CONFIG_DIR}/extra_llm_api_options.yaml"
         args = [
-            model_source(spec, container=True), "--host", "0.0.0.0", "--port", str(HTTP_PORT),
+            served_model(spec), "--host", "0.0.0.0", "--port", str(HTTP_PORT),
             "--backend", "pytorch", "--extra_llm_api_options", options,
         ]  # fmt: skip
         return ["trtllm-serve"], args, [], pods.probes("/health", "/health")

@@ -147,9 +147,17 @@ def serve_options(spec: VariantSpec) -> dict[str, Any]:
     return options
 
 
+def served_model(spec: VariantSpec) -> str:
+    """What ``trtllm-serve`` loads: the ModelOpt export of ``trtllm/quantize_hf.sh`` for quantized
+    weights (fp8, int8-wa, AWQ), else the model itself (the local script and the k8s pod alike)."""
+    if spec.quantization in QFORMATS:
+        return f"{work_dir(spec)}/quantized-hf"
+    return model_source(spec, container=True)
+
+
 def _serve_script(spec: VariantSpec) -> str:
     quantized = spec.quantization in QFORMATS
-    model = f"{work_dir(spec)}/quantized-hf" if quantized else model_source(spec, container=True)
+    model = served_model(spec)
     options = Raw('"$(dirname "$0")/extra_llm_api_options.yaml"')
     argv = ["exec", "trtllm-serve", Raw('"$MODEL"'), "--host", "0.0.0.0", "--port", str(HTTP_PORT)]
     command = shell_command([*argv, "--backend", "pytorch", "--extra_llm_api_options", options])

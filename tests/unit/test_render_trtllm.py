@@ -128,3 +128,14 @@ def test_files_and_serve_script() -> None:
     )
     assert "--export_format hf" in str(awq["trtllm/quantize_hf.sh"])
     assert 'MODEL="${MODEL:-/models/llama3-8b-trtllm-awq/quantized-hf}"' in str(awq["trtllm/serve.sh"])
+    # The pod serves the same export (it used to load the unquantized Hub checkpoint).
+    pod = yaml.safe_load(
+        render(
+            load_spec(REPO / "tests" / "golden" / "render" / "_specs" / "llama3-8b-trtllm-awq-l40s.yaml"),
+            "k8s",
+        )["k8s/deployment.yaml"]
+    )
+    assert (
+        pod["spec"]["template"]["spec"]["containers"][0]["args"][0]
+        == "/models/llama3-8b-trtllm-awq/quantized-hf"
+    )
