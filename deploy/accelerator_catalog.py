@@ -20,7 +20,11 @@ from deploy.accelerators import Accelerator, Vendor
 
 
 def _gpu(vendor: Vendor, resource: str, **fields: Any) -> Accelerator:
-    return Accelerator(vendor=vendor, k8s_resource=resource, cuda_graphs=True, awq_gptq=True, **fields)
+    # Every GPU listed comes 8 to a node: HGX H100/H200/A100 boards, 8-way L40S servers, MI300X
+    # OAM platforms, and 4 MI250(X) modules of 2 GCDs each.
+    return Accelerator(
+        vendor=vendor, k8s_resource=resource, cuda_graphs=True, awq_gptq=True, devices_per_node=8, **fields
+    )
 
 
 def _nvidia(**fields: Any) -> Accelerator:

@@ -62,6 +62,9 @@ class Accelerator(BaseModel):
     int8_wa: bool  # int8 weight-activation (W8A8 / SmoothQuant) GEMMs
     # Kubernetes device resource (None: a CPU node, no device plugin).
     k8s_resource: str | None
+    # GPUs only: devices one node holds (an HGX / OAM board: 8), the most one replica's pod can
+    # ask for: Turnout renders single-node engines (no multi-node vLLM or LeaderWorkerSet).
+    devices_per_node: int | None = None
     # TPU only: the GKE node-pool accelerator label and chips → topology for single-host slices.
     gke_tpu_accelerator: str | None = None
     tpu_topologies: Mapping[int, str] = Field(default_factory=dict)

@@ -117,6 +117,14 @@ def _hardware(spec: VariantSpec, acc: Accelerator) -> list[str]:
         found.append(f"cuda_graphs.enabled: CUDA graphs do not exist on {acc.name} ({acc.vendor})")
     if spec.cuda_graphs.capture_sizes and not spec.cuda_graphs.enabled:
         found.append("cuda_graphs.capture_sizes: set, but cuda_graphs.enabled is false")
+    per_node = acc.devices_per_node
+    if per_node is not None and spec.device_count > per_node:
+        found.append(
+            f"device_count: {spec.device_count} {acc.name} for one replica, but a node holds "
+            f"{per_node}; Turnout renders single-node engines (a multi-node vLLM on Ray or a "
+            "LeaderWorkerSet is not rendered): use at most "
+            f"{per_node} (tensor_parallel × pipeline_parallel) per replica"
+        )
     if acc.vendor == "google":
         if spec.dtype == "fp16":
             found.append("dtype: TPUs compute in bf16, not fp16 (use bf16)")

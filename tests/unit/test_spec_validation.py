@@ -66,6 +66,20 @@ def test_device_count_is_tp_times_pp() -> None:
     assert problems(spec(tensor_parallel=2, pipeline_parallel=2, device_count=4)) == []
 
 
+def test_one_replica_fits_on_one_node() -> None:
+    """An 8-GPU node is the most one replica's pod can ask for (TP 16 or 64 used to validate
+    and render into one pod no node could schedule)."""
+    big = {"architecture": "llama-3-70b"}
+    found = problems(spec(model=big, tensor_parallel=16, device_count=16))
+    assert only(found, "device_count").startswith(
+        "device_count: 16 h100-80gb for one replica, but a node holds 8"
+    )
+    assert not [p for p in problems(spec(model=big, tensor_parallel=8, device_count=8)) if "node" in p]
+    mi300x = {"vendor": "amd", "accelerator": "mi300x"}
+    found = problems(spec(model=big, **mi300x, tensor_parallel=4, pipeline_parallel=4, device_count=16))
+    assert "a node holds 8" in only(found, "device_count")
+
+
 def test_fp8_kv_cache_on_a100() -> None:
     found = problems(spec(accelerator="a100-80gb", kv_cache={"dtype": "fp8", "max_model_len": 8192}))
     assert found == [
