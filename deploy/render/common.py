@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from deploy.plan import GIB, kv_bytes_per_token, kv_element_bytes
+from deploy import accelerators
+from deploy.plan import GIB, kv_bytes_per_token, kv_element_bytes, memory_budget
 from deploy.spec import VariantSpec
 
 MODELS_MOUNT = "/models"
@@ -77,10 +78,16 @@ def ort_precision(spec: VariantSpec) -> str:
 
 
 def cpu_kv_cache_gib(spec: VariantSpec) -> int:
-    """Whole GiB of KV cache for ``max_num_seqs`` full-length sequences (at least 1)."""
-    per_token = kv_bytes_per_token(spec.facts(), kv_element_bytes(spec))
-    needed = per_token * spec.max_model_len() * spec.batching.max_num_seqs
-    return max(1, math.ceil(needed / GIB))
+    """Whole GiB of KV cache on a CPU: enough for ``max_num_seqs`` full-length sequences, but no
+    more than the memory the fraction leaves after weights and overhead (what vLLM takes by
+    itself on a GPU); at least 1. A batch of 256 8k-token Llama-3-8B sequences wants 256 GiB of
+    KV, more than a 256 GiB socket holds beside its weights: the engine gets what fits, and its
+    scheduler runs fewer sequences at once."""
+    facts = spec.facts()
+    per_token = kv_bytes_per_token(facts, kv_element_bytes(spec))
+    wanted = math.ceil(per_token * spec.max_model_len() * spec.batching.max_num_seqs / GIB)
+    room = math.floor(memory_budget(spec, facts, accelerators.get(spec.accelerator)).kv_capacity / GIB)
+    return max(1, min(wanted, room))
 
 
 def labels(spec: VariantSpec, component: str) -> dict[str, str]:

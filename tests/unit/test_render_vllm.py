@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from deploy import accelerators
+from deploy.plan import GIB, memory_budget
 from deploy.render import TargetNotApplicable, render, write
 from deploy.render.common import cpu_kv_cache_gib, model_source
 from deploy.render.vllm import cli_args, engine_args, environment, server_args
@@ -129,6 +132,16 @@ def test_cpu_sizes_its_kv_cache_in_whole_gib(tmp_path: Path) -> None:
     big = spec(vendor="cpu", accelerator="cpu-x86", dtype="bf16", batching={"max_num_seqs": 16})
     # Llama-3-8B bf16: 128 KiB per token × 8192 tokens × 16 sequences = 16 GiB.
     assert cpu_kv_cache_gib(big) == 16
+    # 256 sequences would want 256 GiB, past the 256 GiB socket × 0.9 less 15 GiB of weights:
+    # the engine gets what is left, as vLLM takes what is left on a GPU, and the pod fits a node.
+    full = spec(vendor="cpu", accelerator="cpu-x86", dtype="bf16", batching={"max_num_seqs": 256})
+    budget = memory_budget(full, full.facts(), accelerators.get("cpu-x86"))
+    assert cpu_kv_cache_gib(full) == int(budget.kv_capacity // GIB) < 256
+    memory = render(full, "k8s")["k8s/deployment.yaml"]
+    limit = yaml.safe_load(memory)["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][
+        "memory"
+    ]
+    assert int(limit.removesuffix("Gi")) <= 256
 
 
 def test_model_source_rules(tmp_path: Path) -> None:
