@@ -128,7 +128,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from deploy.render import TargetNotApplicable, render, write
+    from deploy.render import TargetNotApplicable, remove_stale, render, write
     from deploy.spec import SpecError, load_spec
     from deploy.validate import problems
 
@@ -148,10 +148,13 @@ def _render(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     try:
         written = write(files, args.out)
+        stale = remove_stale(files, args.out)
     except OSError as exc:
         return _fail(f"--out: cannot write {exc.filename}: {exc.strerror}")
     for path in written:
         print(path)
+    for path in stale:
+        print(f"removed {path}: an earlier render's, not part of this spec's", file=sys.stderr)
     count = f"{len(written)} file" + ("s" if len(written) != 1 else "")
     summary = f"rendered {args.target} for {spec.name} ({spec.id}): {count} in {args.out}"
     print(summary, file=sys.stderr)

@@ -72,6 +72,28 @@ def render(spec: VariantSpec, target: Target) -> Files:
     return renderer(target)(spec)
 
 
+RENDERED_MARK = b"Rendered by `turnout deploy render`"  # the first line of every file's header
+
+
+def remove_stale(files: Mapping[str, str | bytes], out_dir: Path) -> list[Path]:
+    """Remove files an earlier render left in the folders ``files`` go to (``k8s/``…) that this
+    render did not write: a spec that dropped ``autoscaling`` must not leave its old KEDA
+    ScaledObject for ``kubectl apply -f k8s/`` to install. Only files carrying Turnout's
+    render header go; returns them."""
+    folders = {Path(relative).parts[0] for relative in files if len(Path(relative).parts) > 1}
+    keep = {out_dir / relative for relative in files}
+    removed: list[Path] = []
+    for folder in sorted(folders):
+        for path in sorted((out_dir / folder).rglob("*")):
+            if path in keep or not path.is_file():
+                continue
+            with path.open("rb") as head:
+                if RENDERED_MARK in head.read(256):
+                    path.unlink()
+                    removed.append(path)
+    return removed
+
+
 def write(files: Mapping[str, str | bytes], out_dir: Path) -> list[Path]:
     """Write ``files`` under ``out_dir`` (shell scripts executable); returns the paths written."""
     written: list[Path] = []

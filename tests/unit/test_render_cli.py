@@ -48,6 +48,24 @@ def test_render_writes_the_targets_files(tmp_path: Path, capsys: pytest.CaptureF
     assert "--kv-cache-dtype\nfp8\n" in (out / "vllm" / "args.txt").read_text()
 
 
+def test_rendering_again_removes_what_the_earlier_render_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A spec that dropped autoscaling must not leave its KEDA ScaledObject in k8s/ for
+    ``kubectl apply -f`` to install; files Turnout did not render stay."""
+    out, fp8kv = tmp_path / "out", EXAMPLES / "llama3-8b-h100-fp8kv.yaml"
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(fp8kv.read_text().split("autoscaling:")[0])  # the same spec, not autoscaled
+    assert main(["deploy", "render", str(fp8kv), "--target", "k8s", "--out", str(out)]) == 0
+    assert (out / "k8s" / "scaledobject.yaml").is_file()
+    (out / "k8s" / "kustomization.yaml").write_text("resources: [deployment.yaml]\n")  # the operator's own
+    capsys.readouterr()
+    assert main(["deploy", "render", str(plain), "--target", "k8s", "--out", str(out)]) == 0
+    assert not (out / "k8s" / "scaledobject.yaml").exists()
+    assert (out / "k8s" / "kustomization.yaml").is_file()
+    assert f"removed {out / 'k8s' / 'scaledobject.yaml'}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("example", "target", "expected"),
     [
