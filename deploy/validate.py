@@ -40,7 +40,7 @@ ENGINE_VENDORS = {
 }
 ORT_QUANTIZATIONS = ("none", "ort-int8", "ort-int4")
 GPU_QUANTIZATIONS = ("fp8", "int8-wa", "awq-int4", "gptq-int4")
-BATCHER_ENGINES = ("triton-trtllm", "triton-vllm", "onnxruntime-genai")
+BATCHER_ENGINES = ("triton-trtllm", "onnxruntime-genai")  # triton-vllm: vLLM batches by itself
 
 
 def _parallelism(spec: VariantSpec, facts: ModelFacts) -> list[str]:

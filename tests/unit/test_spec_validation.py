@@ -158,6 +158,12 @@ def test_limits() -> None:
     assert "16 exceeds batching.max_num_seqs 8" in only(found, "cuda_graphs.capture_sizes")
     assert only(problems(spec(cuda_graphs={"capture_sizes": [1, 2]})), "cuda_graphs.capture_sizes")
     assert only(problems(spec(batching={"max_queue_delay_us": 100})), "batching.max_queue_delay_us")
+    # Triton's vLLM backend leaves batching to vLLM: its config has no dynamic_batching to hold them.
+    on_triton_vllm = spec(
+        engine="triton-vllm", batching={"max_queue_delay_us": 100, "preferred_batch_sizes": [4]}
+    )
+    assert "batches continuously" in only(problems(on_triton_vllm), "batching.max_queue_delay_us")
+    assert only(problems(on_triton_vllm), "batching.preferred_batch_sizes")
     assert only(problems(spec(batching={"max_num_batched_tokens": 64})), "batching.max_num_batched_tokens")
 
 
