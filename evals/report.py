@@ -3,22 +3,29 @@
 Off the request path. Joins load-test runs (``turnout.loadtest/1`` summaries: per-variant
 latency and throughput, and each variant's accelerator from the gateway) with eval runs
 (``turnout.eval/1``: accuracy with intervals) by variant name, prices output tokens with the
-accelerator catalog (``deploy/accelerators.py``: price per hour over tokens per hour), and
-judges each variant against a baseline: accuracy change in points (within the budget?),
-tokens/s ratio, cost ratio. The join and the verdicts are pure; writing the markdown, HTML
-and PNG plots (matplotlib) is the edge.
+accelerator catalog (``deploy/accelerators.py``, with ``$TURNOUT_PRICES_FILE``'s prices: price
+per hour over tokens per hour), and judges each variant against a baseline: accuracy change
+in points (within the budget?), tokens/s ratio, cost ratio. Speed and cost ratios are drawn
+only between load runs taken alike (scenario, users, endpoint, streaming) whose requests did
+not fail (at most 1% errors); a perplexity is shown as one (lower is better) and judged by
+its relative change, not against the accuracy budget. The join and the verdicts are pure;
+writing the markdown, HTML and PNG plots (matplotlib) is the edge.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deploy import accelerators
+from deploy.accelerators import Accelerator
+
+MAX_ERROR_RATE = 0.01  # a load run with more failed requests gives no speed or cost ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +44,13 @@ class Row:
     # Its load figures come from a run it shared with other variants (a split route): its
     # tokens/s is its traffic share, not its speed, so no cost or speed ratio is drawn from it.
     shared_run: bool = False
+    metric: str = "accuracy"  # the task's own: accuracy, exact_match, perplexity...
+    error_rate: float | None = None  # of its load run's requests
+    load: str | None = None  # how its load run was taken: "steady, 8 users, chat stream"
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric == "perplexity"
 
 
 def _read(folder: Path, schema: str) -> dict[str, Any]:
@@ -57,31 +71,63 @@ def read_runs(load: Sequence[Path], evals: Sequence[Path]) -> tuple[Runs, Runs]:
     return [_read(p, "turnout.loadtest/1") for p in load], [_read(p, "turnout.eval/1") for p in evals]
 
 
-def cost_per_million(accelerator: str | None, tokens_per_s: float | None) -> float | None:
+def priced_catalog() -> dict[str, Accelerator]:
+    """The catalog with ``$TURNOUT_PRICES_FILE``'s prices, as ``turnout plan`` reads them."""
+    table = accelerators.catalog()
+    source = os.environ.get(accelerators.PRICES_ENV)
+    return table if not source else accelerators.with_prices(table, accelerators.load_prices(Path(source)))
+
+
+def cost_per_million(
+    accelerator: str | None, tokens_per_s: float | None, catalog: Mapping[str, Accelerator] | None = None
+) -> float | None:
     """USD per million output tokens at the catalog's hourly price (None when unknown)."""
     if not accelerator or not tokens_per_s:
         return None
     try:
-        price = accelerators.get(accelerator).price_per_hour_usd
+        price = accelerators.get(accelerator, catalog).price_per_hour_usd
     except accelerators.UnknownAccelerator:
         return None
     return price / (tokens_per_s * 3600) * 1e6
 
 
-def join(variant: str, loads: Sequence[dict[str, Any]], evals: Sequence[dict[str, Any]], task: str) -> Row:
+def _load_label(run: Mapping[str, Any]) -> str | None:
+    if "users" not in run:
+        return None
+    stream = " stream" if run.get("stream") else ""
+    return f"{run.get('scenario', '?')}, {run['users']} users, {run.get('endpoint', '?')}{stream}"
+
+
+def _error_rate(run: Mapping[str, Any]) -> float | None:
+    """Failed requests over all of the run's (a failed request names no variant: the run's)."""
+    overall = run.get("overall") or {}
+    requests = overall.get("requests")
+    return overall.get("errors", 0) / requests if requests else None
+
+
+def join(
+    variant: str,
+    loads: Sequence[dict[str, Any]],
+    evals: Sequence[dict[str, Any]],
+    task: str,
+    catalog: Mapping[str, Accelerator] | None = None,
+) -> Row:
     """One variant's figures: the last load run and the last eval run that measured it."""
-    load_stats, accelerator, shared = None, None, False
+    load_stats, accelerator, shared, errors, label = None, None, False, None, None
     for run in loads:
         if variant in run["per_variant"]:
             load_stats = run["per_variant"][variant]
             accelerator = (run.get("variants", {}).get(variant) or {}).get("accelerator")
-            shared = len(run["per_variant"]) > 1
-    accuracy, interval, agreement = None, None, None
+            # "?": its failed requests, which name no variant; not another variant's share.
+            shared = len([name for name in run["per_variant"] if name != "?"]) > 1
+            errors, label = _error_rate(run), _load_label(run)
+    accuracy, interval, agreement, metric = None, None, None, "accuracy"
     for run in evals:
         if run["model"] == variant or variant in run.get("variants", {}):
             figures = run["tasks"].get(task)
             if figures:
                 accuracy, interval = figures["value"], (figures["ci95"][0], figures["ci95"][1])
+                metric = str(figures.get("metric", "accuracy"))
             if run.get("agreement"):
                 agreement = run["agreement"]["exact_output_agreement"]["value"]
             served: dict[str, Any] = next(iter(run["variants"].values()), {})
@@ -94,25 +140,45 @@ def join(variant: str, loads: Sequence[dict[str, Any]], evals: Sequence[dict[str
         itl_p50_ms=load_stats["itl_ms"]["p50"] if load_stats else None,
         req_per_s=load_stats["req_per_s"] if load_stats else None,
         tokens_per_s=tokens, accelerator=accelerator,
-        usd_per_m_tokens=None if shared else cost_per_million(accelerator, tokens), shared_run=shared,
+        usd_per_m_tokens=None if shared else cost_per_million(accelerator, tokens, catalog),
+        shared_run=shared, metric=metric, error_rate=errors, load=label,
     )  # fmt: skip
+
+
+def _incomparable(row: Row, baseline: Row) -> str | None:
+    """Why the two load runs give no speed or cost ratio (None: they do)."""
+    for which in (row, baseline):
+        if which.error_rate is not None and which.error_rate > MAX_ERROR_RATE:
+            return f"{100 * which.error_rate:.1f}% of {which.variant}'s load requests failed"
+    if row.load and baseline.load and row.load != baseline.load:
+        return f"load runs taken differently ({row.load} vs {baseline.load})"
+    return None
 
 
 def verdict(row: Row, baseline: Row, budget_pt: float) -> str:
     """E.g. ``int4: −0.8 pt accuracy, 2.1× tokens/s, 0.48× cost: within the 1 pt budget``."""
     parts, ok = [], True
     if row.accuracy is not None and baseline.accuracy is not None:
-        delta = 100 * (row.accuracy - baseline.accuracy)
-        parts.append(f"{delta:+.1f} pt accuracy".replace("-", "−"))
-        ok = delta >= -budget_pt
-    if row.tokens_per_s and baseline.tokens_per_s and not (row.shared_run or baseline.shared_run):
+        if row.lower_is_better:
+            change = row.accuracy / baseline.accuracy - 1 if baseline.accuracy else 0.0
+            parts.append(f"{row.metric} {row.accuracy:.2f} vs {baseline.accuracy:.2f} ({change:+.1%})")
+        else:
+            delta = 100 * (row.accuracy - baseline.accuracy)
+            parts.append(f"{delta:+.1f} pt accuracy".replace("-", "−"))
+            ok = delta >= -budget_pt
+    apart = _incomparable(row, baseline)
+    if row.tokens_per_s and baseline.tokens_per_s and not (row.shared_run or baseline.shared_run or apart):
         parts.append(f"{row.tokens_per_s / baseline.tokens_per_s:.2f}× tokens/s")
-    if row.usd_per_m_tokens and baseline.usd_per_m_tokens:
+    if row.usd_per_m_tokens and baseline.usd_per_m_tokens and not apart:
         parts.append(f"{row.usd_per_m_tokens / baseline.usd_per_m_tokens:.2f}× cost")
+    if apart and row.variant != baseline.variant:
+        parts.append(f"no speed or cost ratio: {apart}")
     if row.variant == baseline.variant:
-        return f"{row.variant}: baseline"
+        return f"{row.variant}: baseline" + (f" ({apart})" if apart else "")
     if row.accuracy is None or baseline.accuracy is None:
         return f"{row.variant}: " + (", ".join(parts) or "no figures") + ": no accuracy to judge"
+    if row.lower_is_better:
+        return f"{row.variant}: {', '.join(parts)}: lower is better; the accuracy budget does not apply"
     judged = f"within the {budget_pt:g} pt budget" if ok else f"outside the {budget_pt:g} pt budget"
     return f"{row.variant}: {', '.join(parts)}: {judged}"
 
@@ -135,8 +201,8 @@ def unpriced_note(rows: Sequence[Row]) -> list[str]:
         return []
     return [
         f"\n‡ no price for accelerator {', '.join(unknown)}: not in the catalog "
-        f"({', '.join(accelerators.names())}); name one of those in the variant's `accelerator`, "
-        f"or price it in the file ${accelerators.PRICES_ENV} names."
+        f"({', '.join(accelerators.names())}); name one of those in the variant's `accelerator` "
+        f"(the file ${accelerators.PRICES_ENV} names can change their prices)."
     ]
 
 
@@ -144,17 +210,26 @@ def _f(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _figure(row: Row, value: float | None) -> str:
+    """An accuracy as a percentage; a perplexity as itself."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if row.lower_is_better else f"{100 * value:.1f}%"
+
+
 def table_rows(rows: Sequence[Row]) -> list[list[str]]:
-    head = ["variant", "accuracy", "95% CI", "agreement", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
-            "req/s", "tokens/s", "accelerator", "$/M tokens"]  # fmt: skip
+    figure = "perplexity (lower is better)" if any(r.lower_is_better for r in rows) else "accuracy"
+    head = ["variant", figure, "95% CI", "agreement", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
+            "req/s", "tokens/s", "errors", "load run", "accelerator", "$/M output tokens"]  # fmt: skip
     body = [
         [r.variant + (" †" if r.shared_run else ""),
-         _f(r.accuracy and 100 * r.accuracy, ".1f") + ("%" if r.accuracy is not None else ""),
-         f"{100 * r.accuracy_ci[0]:.1f}–{100 * r.accuracy_ci[1]:.1f}%" if r.accuracy_ci else "-",
+         _figure(r, r.accuracy),
+         f"{_figure(r, r.accuracy_ci[0])}–{_figure(r, r.accuracy_ci[1])}" if r.accuracy_ci else "-",
          _f(r.agreement and 100 * r.agreement, ".1f") + ("%" if r.agreement is not None else ""),
          _f(r.ttft_p50_ms, ".1f"), _f(r.ttft_p99_ms, ".1f"), _f(r.itl_p50_ms, ".2f"),
-         _f(r.req_per_s, ".1f"), _f(r.tokens_per_s, ".0f"), r.accelerator or "-",
-         _f(r.usd_per_m_tokens, ".3f")]
+         _f(r.req_per_s, ".1f"), _f(r.tokens_per_s, ".0f"),
+         _f(r.error_rate and 100 * r.error_rate, ".1f") + ("%" if r.error_rate is not None else ""),
+         r.load or "-", r.accelerator or "-", _f(r.usd_per_m_tokens, ".3f")]
         for r in rows
     ]  # fmt: skip
     return [head, *body]
@@ -213,13 +288,15 @@ def plots(rows: Sequence[Row], out: Path) -> list[str]:
     figure, axis = plt.subplots(figsize=(5.5, 4))
     priced = [r for r in rows if r.accuracy is not None and r.usd_per_m_tokens is not None]
     for index, row in enumerate(priced):
-        at = (float(row.usd_per_m_tokens or 0), 100 * float(row.accuracy or 0))
+        scale = 1 if row.lower_is_better else 100
+        at = (float(row.usd_per_m_tokens or 0), scale * float(row.accuracy or 0))
         axis.scatter(*at)
         _label(axis, row.variant, at, index)
     _spread_axis(axis, [float(r.usd_per_m_tokens or 0) for r in priced])
     axis.set_xlabel("USD per million output tokens")
-    axis.set_ylabel("accuracy (%)")
-    axis.set_title("Accuracy vs cost")
+    perplexity = any(r.lower_is_better for r in priced)
+    axis.set_ylabel("perplexity (lower is better)" if perplexity else "accuracy (%)")
+    axis.set_title("Perplexity vs cost" if perplexity else "Accuracy vs cost")
     figure.tight_layout()
     figure.savefig(out / "accuracy_vs_cost.png", dpi=110)
     plt.close(figure)
@@ -256,7 +333,8 @@ def compare(
     measured = sorted({name for run in eval_runs for name in run["tasks"]})
     if eval_runs and task not in measured:
         raise ValueError(f"--task {task!r}: the eval runs measured {', '.join(measured) or 'no task'}")
-    rows = [join(v, loads, eval_runs, task) for v in variants]
+    catalog = priced_catalog()  # a bad $TURNOUT_PRICES_FILE: a PricesError (a ValueError) naming it
+    rows = [join(v, loads, eval_runs, task, catalog) for v in variants]
     base = next(r for r in rows if r.variant == (baseline or variants[0]))
     verdicts = [verdict(r, base, budget_pt) for r in rows]
     out.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,16 @@ import pytest
 
 from evals.datasets import DatasetError, load, render, shipped
 from evals.metrics import bootstrap_ci, match
-from evals.report import Row, cost_per_million, join, markdown, unpriced_note, verdict
+from evals.report import (
+    Row,
+    cost_per_million,
+    join,
+    markdown,
+    priced_catalog,
+    table_rows,
+    unpriced_note,
+    verdict,
+)
 from evals.runner import echoed_extras
 
 
@@ -103,3 +112,58 @@ def test_a_bos_the_server_echoes_is_recognised_and_nothing_else() -> None:
     assert echoed_extras(["<s>", "The", " cat"], "The cat") == 1  # vLLM's echo of a text prompt
     assert echoed_extras(["The", " cat"], "The cat") == 0  # Turnout's embedded engine
     assert echoed_extras(["<s>", "x"], "The cat") == 0  # no match: score what came back
+
+
+def _run(
+    variant: str, tokens: float, users: int = 8, errors: int = 0, requests: int = 1000
+) -> dict[str, object]:
+    run = _load(variant, tokens)
+    failed = {"?": {"output_tokens_per_s": 0.0}} if errors else {}
+    taken = {"scenario": "steady", "users": users, "endpoint": "chat", "stream": True}
+    return {**run, **taken, "per_variant": {**run["per_variant"], **failed},
+            "overall": {"requests": requests, "errors": errors}}  # fmt: skip
+
+
+def test_failed_requests_are_no_other_variant_and_a_failing_run_draws_no_ratio() -> None:
+    base, failing = (
+        join("a", [_run("a", 1000.0)], [], "addition"),
+        join("b", [_run("b", 3000.0, errors=985)], [], "addition"),
+    )
+    assert not failing.shared_run and failing.error_rate == 0.985  # "?" held its failures, not a split
+    assert "98.5%" in table_rows([base, failing])[2][9]
+    said = verdict(failing, base, 1.0)
+    assert "tokens/s" not in said and "× cost" not in said and "98.5% of b's load requests failed" in said
+
+
+def test_runs_taken_differently_draw_no_speed_or_cost_ratio() -> None:
+    one, eight = (
+        join("a", [_run("a", 1000.0, users=1)], [], "addition"),
+        join("b", [_run("b", 4000.0)], [], "addition"),
+    )
+    said = verdict(eight, one, 1.0)
+    assert "×" not in said
+    assert (
+        "load runs taken differently (steady, 8 users, chat stream vs steady, 1 users, chat stream)" in said
+    )
+    assert "4.00× tokens/s" in verdict(eight, join("a", [_run("a", 1000.0)], [], "addition"), 1.0)
+
+
+def test_a_perplexity_is_shown_as_one_and_lower_is_better() -> None:
+    def perplexity(model: str, value: float) -> dict[str, object]:
+        figures = {"metric": "perplexity", "value": value, "ci95": [value - 0.3, value + 0.4]}
+        return {"model": model, "variants": {model: {}}, "tasks": {"text": figures}, "agreement": None}
+
+    base = join("fp32", [], [perplexity("fp32", 2.35)], "text")
+    worse = join("int4", [], [perplexity("int4", 3.50)], "text")
+    assert table_rows([base, worse])[0][1] == "perplexity (lower is better)"
+    assert table_rows([base, worse])[2][1:3] == ["3.50", "3.20–3.90"]
+    said = verdict(worse, base, 1.0)
+    assert "perplexity 3.50 vs 2.35 (+48.9%)" in said and "within" not in said and "lower is better" in said
+
+
+def test_compare_prices_with_the_prices_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("h100-80gb: 1.0\n")
+    monkeypatch.setenv("TURNOUT_PRICES_FILE", str(prices))
+    row = join("a", [_load("a", 1000.0)], [], "addition", priced_catalog())
+    assert row.usd_per_m_tokens == pytest.approx(1.0 / 3600 / 1000 * 1e6)
