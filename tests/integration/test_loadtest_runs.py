@@ -182,3 +182,11 @@ def test_a_run_where_every_request_fails_exits_1(split: Launched, tmp_path: Path
     done = loadtest("--target", split.url, "--route", "dead", "--users", "1",
                     "--duration", "1s", "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 1 and "every request failed (http_503 " in done.stderr, done.stderr[-2000:]
+
+
+def test_requests_that_wait_out_the_timeout_are_counted_as_timeouts(tmp_path: Path) -> None:
+    """Not as "connection" errors: a slow gateway must not read as a down one."""
+    with FaultServer(default="latency=2000", model="slow") as slow:
+        done = loadtest("--target", slow.url, "--route", "slow", "--users", "1", "--duration", "2s",
+                        "--timeout", "0.5", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 1 and "every request failed (timeout " in done.stderr, done.stderr[-2000:]
