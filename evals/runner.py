@@ -27,7 +27,7 @@ import httpx
 from tqdm import tqdm
 
 from evals.datasets import Dataset, shipped
-from evals.metrics import Scoring, bootstrap_ci, match, mean
+from evals.metrics import Scoring, bootstrap_ci, match, mean, wilson_ci
 from loadtests.runner import variant_facts
 
 Result = TypeVar("Result")
@@ -200,7 +200,10 @@ def _pooled(records: list[dict[str, Any]], seed: int, value: Any, resamples: int
 
 
 def _interval(values: list[float], seed: int) -> dict[str, Any]:
-    low, high = bootstrap_ci(values, seed)
+    if all(v in (0.0, 1.0) for v in values):  # right or wrong: a proportion's own interval
+        low, high = wilson_ci(int(sum(values)), len(values))
+    else:
+        low, high = bootstrap_ci(values, seed)
     return {"value": mean(values), "ci95": [low, high], "n": len(values)}
 
 

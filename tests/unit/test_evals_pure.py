@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from evals.datasets import DatasetError, load, render, shipped
-from evals.metrics import bootstrap_ci, match
+from evals.metrics import bootstrap_ci, match, wilson_ci
 from evals.report import (
     Row,
     cost_per_million,
@@ -56,7 +56,10 @@ def test_scoring_and_intervals() -> None:
     assert match("answer: 42!", "42", "regex", r"answer: (\d+)")
     low, high = bootstrap_ci([1.0] * 90 + [0.0] * 10, seed=3)
     assert low < 0.9 < high and low > 0.8 and high <= 0.97
-    assert bootstrap_ci([1.0] * 10, seed=1) == (1.0, 1.0)
+    assert bootstrap_ci([1.0] * 10, seed=1) == (1.0, 1.0)  # why proportions use Wilson's instead:
+    low, high = wilson_ci(200, 200)
+    assert high == 1.0 and low == pytest.approx(0.9812, abs=1e-4)  # 200 of 200 right: not 100–100%
+    assert wilson_ci(90, 100) == pytest.approx((0.8256, 0.9448), abs=1e-4)
 
 
 def _load(variant: str, tokens: float) -> dict[str, object]:
