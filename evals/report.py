@@ -327,7 +327,20 @@ def compare(
     budget_pt: float = 1.0,
 ) -> str:
     """Write report.md, report.html and the plots into ``out``; returns the markdown."""
+    if not variants:
+        raise ValueError("--variants: name at least one variant")
+    if not load and not evals:
+        raise ValueError("nothing to compare: give --load and/or --eval run folders")
     loads, eval_runs = read_runs(load, evals)
+    measured_variants = {name for run in loads for name in run["per_variant"] if name != "?"} | {
+        name for run in eval_runs for name in (run["model"], *run.get("variants", {}))
+    }
+    missing = [v for v in variants if v not in measured_variants]
+    if missing:
+        raise ValueError(
+            f"--variants: no run measured {', '.join(missing)}; the runs measured "
+            f"{', '.join(sorted(measured_variants)) or 'nothing'}"
+        )
     if baseline is not None and baseline not in variants:
         raise ValueError(f"--baseline {baseline!r} is not one of --variants ({', '.join(variants)})")
     measured = sorted({name for run in eval_runs for name in run["tasks"]})
@@ -337,7 +350,10 @@ def compare(
     rows = [join(v, loads, eval_runs, task, catalog) for v in variants]
     base = next(r for r in rows if r.variant == (baseline or variants[0]))
     verdicts = [verdict(r, base, budget_pt) for r in rows]
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {out}: {exc.strerror}") from None
     images = plots(rows, out)
     text = markdown(rows, verdicts, task, images)
     (out / "report.md").write_text(text)

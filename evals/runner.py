@@ -300,11 +300,20 @@ async def _run(run: EvalRun) -> list[dict[str, Any]]:
 
 
 def run_eval(run: EvalRun) -> dict[str, Any]:
+    if not run.tasks:
+        raise EvalError(f"--tasks: name at least one of: {', '.join(TASKS)}")
     for task in run.tasks:
         if task not in TASKS:
             raise EvalError(f"unknown task {task!r}; expected one of: {', '.join(TASKS)}")
+    if run.concurrency < 1:
+        raise EvalError(f"--concurrency must be at least 1, got {run.concurrency}")
+    if run.limit is not None and run.limit < 1:
+        raise EvalError(f"--limit must be at least 1 (leave it out for every example), got {run.limit}")
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    records = asyncio.run(_run(run))
+    try:
+        records = asyncio.run(_run(run))
+    except httpx.TransportError as exc:  # refused, reset, timed out: no traceback for a wrong --target
+        raise EvalError(f"--target {run.target}: {type(exc).__name__}: {exc}") from None
     summary = summarize(run, records, variant_facts(run.target), started)
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
