@@ -8,6 +8,8 @@ prints the runs side by side and writes a chart (``loadtests.report``).
 from __future__ import annotations
 
 import argparse
+import math
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,12 @@ def duration(text: str) -> float:
     """``90``, ``90s``, ``2m``, ``1h`` → seconds."""
     units = {"s": 1, "m": 60, "h": 3600}
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        seconds = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 2m)") from None
+    if not math.isfinite(seconds):  # inf or nan would make a run without end
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (a run is bounded: e.g. 30s, 2m)")
+    return seconds
 
 
 def register(commands: Any) -> None:
@@ -102,6 +105,14 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         api_key=args.api_key,
     )
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"turnout: --out {args.out}: {exc.strerror}", file=sys.stderr)
+        return 2
+    # SIGTERM (a CI job's timeout, a supervisor) ends the run as Ctrl-C does: through the
+    # runner's cleanup, which kills locust, instead of leaving it loading the target alone.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         summary = run(test)
     except RuntimeError as exc:

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,11 +158,17 @@ def test_bad_options_fail_clearly(tmp_path: Path) -> None:
         ("--max-tokens", "0", "max tokens: expected N or LO-HI with 1 <= LO <= HI"),
         ("--step-users", "0", "--step-users must be ≥ 1"),
         ("--timeout", "-1", "--timeout must be > 0"),
+        ("--duration", "inf", "a run is bounded"),  # it used to run until killed
+        ("--duration", "nan", "a run is bounded"),
     ]:
         refused = loadtest(
             "--target", "http://127.0.0.1:9", "--route", "x", option, value, "--out", str(tmp_path)
         )
         assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    no_folder = loadtest("--target", "http://127.0.0.1:9", "--route", "x", "--out", str(a_file / "run"))
+    assert no_folder.returncode == 2 and f"--out {a_file / 'run'}: " in no_folder.stderr  # not a traceback
 
 
 def test_a_wrong_route_or_a_dead_target_fails_before_any_load(split: Launched, tmp_path: Path) -> None:
@@ -190,3 +197,24 @@ def test_requests_that_wait_out_the_timeout_are_counted_as_timeouts(tmp_path: Pa
         done = loadtest("--target", slow.url, "--route", "slow", "--users", "1", "--duration", "2s",
                         "--timeout", "0.5", "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 1 and "every request failed (timeout " in done.stderr, done.stderr[-2000:]
+
+
+def test_terminating_a_run_stops_its_locust_too(tmp_path: Path) -> None:
+    """SIGTERM used to leave locust orphaned and still loading the target."""
+    with FaultServer(model="m") as target:
+        cmd = [sys.executable, "-m", "serving.cli", "loadtest", "--target", target.url, "--route", "m",
+               "--users", "2", "--duration", "60s", "--out", str(tmp_path)]  # fmt: skip
+        running = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while target.stats()["requests"] == 0:  # locust is loading it
+                assert time.monotonic() < deadline and running.poll() is None
+                time.sleep(0.2)
+            running.terminate()
+            running.wait(timeout=20)
+            time.sleep(1.0)
+            before = target.stats()["requests"]
+            time.sleep(1.5)
+            assert target.stats()["requests"] == before  # nothing loads it any more
+        finally:
+            running.kill()
