@@ -148,7 +148,7 @@ def _render(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     try:
         written = write(files, args.out)
-        stale = remove_stale(files, args.out)
+        stale = remove_stale(files, args.out, spec.name)
     except OSError as exc:
         return _fail(f"--out: cannot write {exc.filename}: {exc.strerror}")
     for path in written:

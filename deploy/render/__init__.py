@@ -72,14 +72,14 @@ def render(spec: VariantSpec, target: Target) -> Files:
     return renderer(target)(spec)
 
 
-RENDERED_MARK = b"Rendered by `turnout deploy render`"  # the first line of every file's header
-
-
-def remove_stale(files: Mapping[str, str | bytes], out_dir: Path) -> list[Path]:
-    """Remove files an earlier render left in the folders ``files`` go to (``k8s/``…) that this
-    render did not write: a spec that dropped ``autoscaling`` must not leave its old KEDA
-    ScaledObject for ``kubectl apply -f k8s/`` to install. Only files carrying Turnout's
-    render header go; returns them."""
+def remove_stale(files: Mapping[str, str | bytes], out_dir: Path, variant: str) -> list[Path]:
+    """Remove files an earlier render of the same variant (by name) left in the folders
+    ``files`` go to (``k8s/``…) that this render did not write: a spec that dropped
+    ``autoscaling`` must not leave its old KEDA ScaledObject for ``kubectl apply -f k8s/`` to
+    install. Only files whose render header names ``variant`` go, so other variants rendered
+    into the same folder (models of one Triton repository) and the operator's own files stay;
+    returns what went."""
+    mark = f"Rendered by `turnout deploy render` from variant {variant} (".encode()
     folders = {Path(relative).parts[0] for relative in files if len(Path(relative).parts) > 1}
     keep = {out_dir / relative for relative in files}
     removed: list[Path] = []
@@ -88,7 +88,7 @@ def remove_stale(files: Mapping[str, str | bytes], out_dir: Path) -> list[Path]:
             if path in keep or not path.is_file():
                 continue
             with path.open("rb") as head:
-                if RENDERED_MARK in head.read(256):
+                if mark in head.read(512):
                     path.unlink()
                     removed.append(path)
     return removed

@@ -64,6 +64,11 @@ def test_rendering_again_removes_what_the_earlier_render_left(
     assert not (out / "k8s" / "scaledobject.yaml").exists()
     assert (out / "k8s" / "kustomization.yaml").is_file()
     assert f"removed {out / 'k8s' / 'scaledobject.yaml'}" in capsys.readouterr().err
+    # Another variant rendered into the same folder removes nothing of this one's.
+    assert main(["deploy", "render", str(fp8kv), "--target", "k8s", "--out", str(out)]) == 0
+    other = EXAMPLES / "llama3-70b-h100-tp4.yaml"
+    assert main(["deploy", "render", str(other), "--target", "k8s", "--out", str(out)]) == 0
+    assert (out / "k8s" / "scaledobject.yaml").is_file()
 
 
 @pytest.mark.parametrize(
