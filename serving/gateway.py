@@ -130,7 +130,7 @@ class Gateway:
     # -- calls -----------------------------------------------------------------------------
 
     async def complete(self, routed: Routed, request: GenerateRequest, endpoint: str) -> Completion:
-        in_flight = self.metrics.in_flight.labels(routed.route.name)
+        in_flight = self.metrics.route_in_flight(routed.route.name)
         in_flight.inc()
         try:
             return await self._complete(routed, request, endpoint)
@@ -160,7 +160,7 @@ class Gateway:
     async def stream(self, routed: Routed, request: GenerateRequest, endpoint: str) -> AsyncIterator[Chunk]:
         """Start the stream and return it once its first chunk has arrived; the request stays
         in flight until the stream ends (``_observed_stream`` counts it out)."""
-        in_flight = self.metrics.in_flight.labels(routed.route.name)
+        in_flight = self.metrics.route_in_flight(routed.route.name)
         in_flight.inc()
         waiting = self._mirror(routed, request)
         started = self._clock()
@@ -306,7 +306,7 @@ class Gateway:
             status = 499  # client went away (cancelled) or the stream was closed early
             raise
         finally:
-            self.metrics.in_flight.labels(routed.route.name).dec()
+            self.metrics.route_in_flight(routed.route.name).dec()
             if status == 200 and delivered > 1:  # the decode pace the client saw, once per stream
                 first_at = started[1] + ttft
                 per_token = (self._clock() - first_at) / (delivered - 1)

@@ -292,6 +292,7 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self._series: dict[tuple[str, str, str], RequestSeries] = {}
+        self._in_flight: dict[str, Gauge] = {}
         if engine_stats is not None:
             self.registry.register(_EngineCollector(engine_stats))
         if replica_stats is not None:
@@ -302,6 +303,13 @@ class GatewayMetrics:
         found = self._series.get(key)
         if found is None:
             found = self._series[key] = RequestSeries(self, route, variant, endpoint)
+        return found
+
+    def route_in_flight(self, route: str) -> Gauge:
+        """The route's in-flight child, looked up once (``labels()`` locks on every call)."""
+        found = self._in_flight.get(route)
+        if found is None:
+            found = self._in_flight[route] = self.in_flight.labels(route)
         return found
 
     def count_connection_refusal(self, reason: str) -> None:
