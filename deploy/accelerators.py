@@ -20,6 +20,7 @@ default. A prices file is YAML mapping catalog names to USD per device-hour::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
@@ -143,3 +144,12 @@ def load_prices(path: Path) -> dict[str, float]:
             raise PricesError(f"{path}: {name}: expected a price in USD per hour >= 0, got {value!r}")
         prices[str(name)] = float(value)
     return prices
+
+
+def priced_catalog(prices_file: Path | None = None) -> dict[str, Accelerator]:
+    """The catalog with prices from ``prices_file``, else from the file ``$TURNOUT_PRICES_FILE``
+    names, else the defaults (``turnout plan`` and ``turnout compare`` alike)."""
+    from_env = os.environ.get(PRICES_ENV)
+    source = prices_file or (Path(from_env) if from_env else None)
+    table = catalog()
+    return table if source is None else with_prices(table, load_prices(source))

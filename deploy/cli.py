@@ -20,14 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from deploy.accelerators import Accelerator
 
 COMMANDS = ("plan", "deploy")
 RENDER_TARGETS = ("vllm", "trtllm", "triton", "ray", "k8s")  # deploy.render.TARGETS (not imported here)
@@ -68,15 +63,6 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _catalog(prices_file: Path | None) -> dict[str, Accelerator]:
-    from deploy import accelerators
-
-    table = accelerators.catalog()
-    from_env = os.environ.get(PRICES_ENV)
-    source = prices_file or (Path(from_env) if from_env else None)
-    return table if source is None else accelerators.with_prices(table, accelerators.load_prices(source))
-
-
 def _plan(args: argparse.Namespace) -> int:
     from deploy import accelerators
     from deploy.plan_table import as_json, format_table, plan_all
@@ -85,7 +71,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.context is not None and args.context < 1:
         return _fail("--context: expected a positive number of tokens")
     try:
-        catalog = _catalog(args.prices)
+        catalog = accelerators.priced_catalog(args.prices)
         spec = load_spec(args.spec)
         wanted = [n.strip() for n in args.accelerators.split(",") if n.strip()] if args.accelerators else None
         chosen = [accelerators.get(name, catalog) for name in wanted] if wanted else list(catalog.values())

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,13 +68,6 @@ Runs = list[dict[str, Any]]
 
 def read_runs(load: Sequence[Path], evals: Sequence[Path]) -> tuple[Runs, Runs]:
     return [_read(p, "turnout.loadtest/1") for p in load], [_read(p, "turnout.eval/1") for p in evals]
-
-
-def priced_catalog() -> dict[str, Accelerator]:
-    """The catalog with ``$TURNOUT_PRICES_FILE``'s prices, as ``turnout plan`` reads them."""
-    table = accelerators.catalog()
-    source = os.environ.get(accelerators.PRICES_ENV)
-    return table if not source else accelerators.with_prices(table, accelerators.load_prices(Path(source)))
 
 
 def cost_per_million(
@@ -346,7 +338,8 @@ def compare(
     measured = sorted({name for run in eval_runs for name in run["tasks"]})
     if eval_runs and task not in measured:
         raise ValueError(f"--task {task!r}: the eval runs measured {', '.join(measured) or 'no task'}")
-    catalog = priced_catalog()  # a bad $TURNOUT_PRICES_FILE: a PricesError (a ValueError) naming it
+    # A bad $TURNOUT_PRICES_FILE raises a PricesError (a ValueError) naming it.
+    catalog = accelerators.priced_catalog()
     rows = [join(v, loads, eval_runs, task, catalog) for v in variants]
     base = next(r for r in rows if r.variant == (baseline or variants[0]))
     verdicts = [verdict(r, base, budget_pt) for r in rows]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.accelerators import priced_catalog
 from evals.datasets import DatasetError, load, render, shipped
 from evals.metrics import bootstrap_ci, match, wilson_ci
 from evals.report import (
@@ -13,7 +14,6 @@ from evals.report import (
     cost_per_million,
     join,
     markdown,
-    priced_catalog,
     table_rows,
     unpriced_note,
     verdict,
