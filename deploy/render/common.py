@@ -83,11 +83,15 @@ def cpu_kv_cache_gib(spec: VariantSpec) -> int:
     itself on a GPU); at least 1. A batch of 256 8k-token Llama-3-8B sequences wants 256 GiB of
     KV, more than a 256 GiB socket holds beside its weights: the engine gets what fits, and its
     scheduler runs fewer sequences at once."""
-    facts = spec.facts()
-    per_token = kv_bytes_per_token(facts, kv_element_bytes(spec))
-    wanted = math.ceil(per_token * spec.max_model_len() * spec.batching.max_num_seqs / GIB)
-    room = math.floor(memory_budget(spec, facts, accelerators.get(spec.accelerator)).kv_capacity / GIB)
+    wanted = math.ceil(full_batch_kv_bytes(spec) / GIB)
+    room = math.floor(memory_budget(spec, spec.facts(), accelerators.get(spec.accelerator)).kv_capacity / GIB)
     return max(1, min(wanted, room))
+
+
+def full_batch_kv_bytes(spec: VariantSpec) -> int:
+    """KV cache bytes of ``max_num_seqs`` sequences at the full context."""
+    per_token = kv_bytes_per_token(spec.facts(), kv_element_bytes(spec))
+    return per_token * spec.max_model_len() * spec.batching.max_num_seqs
 
 
 def labels(spec: VariantSpec, component: str) -> dict[str, str]:

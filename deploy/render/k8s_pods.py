@@ -23,12 +23,13 @@ import math
 from typing import Any
 
 from deploy import accelerators
-from deploy.plan import GIB, kv_bytes_per_token, kv_element_bytes, weight_bytes
+from deploy.plan import GIB, weight_bytes
 from deploy.render.common import (
     CPU_ENGINE_CPUS,
     MODELS_MOUNT,
     MODELS_VOLUME_CLAIM,
     cpu_kv_cache_gib,
+    full_batch_kv_bytes,
     is_hub_id,
 )
 from deploy.spec import VariantSpec
@@ -46,12 +47,7 @@ def host_resources(spec: VariantSpec) -> dict[str, str]:
     facts = spec.facts()
     weights = weight_bytes(facts, spec.dtype, spec.quantization)
     if spec.vendor == "cpu":  # a full batch's KV, capped at what the engine is given (cpu_kv_cache_gib)
-        wanted = (
-            kv_bytes_per_token(facts, kv_element_bytes(spec))
-            * spec.max_model_len()
-            * spec.batching.max_num_seqs
-        )
-        kv = min(wanted, cpu_kv_cache_gib(spec) * GIB)
+        kv = min(full_batch_kv_bytes(spec), cpu_kv_cache_gib(spec) * GIB)
         return {"cpu": str(CPU_ENGINE_CPUS), "memory": f"{math.ceil((weights + kv) / GIB) + 1}Gi"}
     return {"cpu": str(CPUS_PER_DEVICE * spec.device_count), "memory": f"{math.ceil(weights / GIB) + 8}Gi"}
 
