@@ -2,7 +2,7 @@
 
 Off the request path (``turnout deploy render --target k8s`` writes ``k8s/deployment.yaml``,
 ``k8s/service.yaml``, ``k8s/rayservice.yaml``, for TensorRT-LLM ``k8s/configmap.yaml`` and, for an
-autoscaled vLLM spec, ``k8s/scaledobject.yaml``).
+autoscaled vLLM spec, ``k8s/scaledobject.yaml`` and ``k8s/podmonitor.yaml``).
 Every object carries the label and annotation ``turnout.dev/variant-id: <spec id>``; pod
 resources, devices, TPU selectors, volumes and probes follow ``deploy.render.k8s_pods``.
 
@@ -30,7 +30,8 @@ PostgreSQL URL every replica shares). For the embedded engine it adds an ``engin
 whose pods each hold one engine replica; its size follows ``replicas`` and, with
 ``autoscaling``, ``min_replicas``/``max_replicas`` with KubeRay's in-tree autoscaler on. Other
 engines run as their own servers: apply the Deployment + Service too (with ``autoscaling``, a
-vLLM Deployment also gets a KEDA ScaledObject: ``deploy.render.k8s_autoscaling``); the gateways reach the
+vLLM Deployment also gets a KEDA ScaledObject and the PodMonitor it reads:
+``deploy.render.k8s_autoscaling``); the gateways reach the
 engine through that Service. For the embedded engine the Deployment + Service is the other way
 to run the variant (plain ``turnout serve`` pods): apply one of the two.
 """
@@ -55,7 +56,7 @@ from deploy.render.common import (
     work_dir,
     yaml_documents,
 )
-from deploy.render.k8s_autoscaling import scaled_object
+from deploy.render.k8s_autoscaling import pod_monitor, scaled_object
 from deploy.render.ray_serve import GATEWAY_REPLICAS, engine_in_ray, serve_config
 from deploy.render.trtllm import serve_options, served_model
 from deploy.render.vllm import SERVER_MODULE, environment, server_args
@@ -260,7 +261,8 @@ def render_k8s(spec: VariantSpec) -> dict[str, str | bytes]:
     }
     if spec.engine == "trtllm":
         files["k8s/configmap.yaml"] = header(spec) + yaml_documents([config_map(spec)])
-    scaling = scaled_object(spec)
-    if scaling is not None:
+    scaling, monitor = scaled_object(spec), pod_monitor(spec)
+    if scaling is not None and monitor is not None:
         files["k8s/scaledobject.yaml"] = header(spec) + yaml_documents([scaling])
+        files["k8s/podmonitor.yaml"] = header(spec) + yaml_documents([monitor])
     return files

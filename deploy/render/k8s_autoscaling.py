@@ -1,16 +1,23 @@
-"""Kubernetes autoscaling for an engine Deployment: a KEDA ``ScaledObject`` (``k8s/scaledobject.yaml``).
+"""Kubernetes autoscaling for an engine Deployment: a KEDA ``ScaledObject`` (``k8s/scaledobject.yaml``)
+and the ``PodMonitor`` (``k8s/podmonitor.yaml``) that scrapes what it reads.
 
 Off the request path (``turnout deploy render --target k8s``). A spec's ``autoscaling``
 (``min_replicas``, ``max_replicas``, ``target_ongoing_requests`` per replica, Ray Serve's terms)
 becomes, for a vLLM Deployment, KEDA's Prometheus scaler on the requests vLLM is running plus
 those waiting (``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` of the served model
-name), with ``target_ongoing_requests`` as the per-replica threshold: KEDA's HPA keeps
+name, from this variant's pods only), with ``target_ongoing_requests`` as the per-replica
+threshold: KEDA's HPA keeps
 ceil(ongoing / target) replicas within the bounds. KEDA rather than a bare HPA because the
 query is in the object (no Prometheus adapter rules to keep in step) and it can scale to zero:
 with ``min_replicas: 0`` a second trigger wakes the Deployment when requests for the variant
 reach the Turnout gateways (``turnout_requests_total`` by the spec's variant id), since an engine
-with no pod reports nothing. Needs KEDA and a Prometheus scraping the pods; ``PROMETHEUS`` is
-where KEDA asks (edit it for your cluster).
+with no pod reports nothing. Needs KEDA and the Prometheus Operator; ``PROMETHEUS`` is where
+KEDA asks (edit it for your cluster).
+
+The model name alone does not say whose load it is: two variants of one model (an A/B of the
+same weights on two accelerators, a canary) serve the same name, and each would scale on the
+sum of both. So the PodMonitor copies the pods' variant-id label onto every series it scrapes
+(``podTargetLabels``), and the query keeps this variant's.
 
 Other engines' Deployments keep a fixed ``replicas`` here: their load metrics differ by backend
 and version; under Ray (the embedded engine) the RayService autoscales the engine group.
@@ -21,7 +28,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deploy.render.common import object_metadata
+from deploy.render.common import VARIANT_LABEL, object_metadata
 from deploy.spec import VariantSpec
 
 PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
@@ -30,6 +37,9 @@ COOLDOWN_S = 300  # before scaling to zero: a model load takes minutes
 # Activation only: a threshold no request rate reaches, so this trigger asks for one replica
 # whenever requests arrive and never for more (the ongoing-requests trigger sizes the rest).
 _WAKE_THRESHOLD = "1000000"
+# The label the Prometheus Operator gives a pod label it copies onto scraped series: characters
+# a label name cannot hold become "_".
+SCRAPED_VARIANT_LABEL = "".join(c if c.isalnum() else "_" for c in VARIANT_LABEL)
 
 
 def _prometheus(query: str, threshold: str, activation: str | None = None) -> dict[str, Any]:
@@ -44,7 +54,8 @@ def scaled_object(spec: VariantSpec) -> dict[str, Any] | None:
     scaling = spec.autoscaling
     if scaling is None or spec.engine != "vllm":
         return None
-    served = "{model_name=" + json.dumps(spec.served_name) + "}"  # a PromQL string literal
+    # json.dumps: PromQL string literals
+    served = f"{{model_name={json.dumps(spec.served_name)},{SCRAPED_VARIANT_LABEL}={json.dumps(spec.id)}}}"
     ongoing = f"sum(vllm:num_requests_running{served}) + sum(vllm:num_requests_waiting{served})"
     triggers = [_prometheus(ongoing, f"{scaling.target_ongoing_requests:g}")]
     if scaling.min_replicas == 0:
@@ -61,5 +72,22 @@ def scaled_object(spec: VariantSpec) -> dict[str, Any] | None:
             "pollingInterval": POLLING_INTERVAL_S,
             "cooldownPeriod": COOLDOWN_S,
             "triggers": triggers,
+        },
+    }
+
+
+def pod_monitor(spec: VariantSpec) -> dict[str, Any] | None:
+    """The PodMonitor that scrapes ``spec``'s engine pods for its ScaledObject, or None (none)."""
+    if scaled_object(spec) is None:
+        return None
+    scrape = {"port": "http", "path": "/metrics", "interval": f"{POLLING_INTERVAL_S}s"}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": object_metadata(spec, spec.name, "engine"),
+        "spec": {
+            "selector": {"matchLabels": {VARIANT_LABEL: spec.id, "app.kubernetes.io/component": "engine"}},
+            "podMetricsEndpoints": [scrape],
+            "podTargetLabels": [VARIANT_LABEL],
         },
     }

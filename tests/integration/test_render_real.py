@@ -289,6 +289,9 @@ def test_kubernetes_objects_validate_against_the_client_models(name: str) -> Non
         if obj["kind"] == "ScaledObject":
             _check_scaled_object(obj, SPECS[name], objects)
             continue
+        if obj["kind"] == "PodMonitor":
+            _check_pod_monitor(obj, objects)
+            continue
         assert obj["apiVersion"] == "ray.io/v1" and obj["kind"] == "RayService"
         _k8s_round_trip(obj["metadata"], "V1ObjectMeta")
         cluster = obj["spec"]["rayClusterConfig"]
@@ -315,6 +318,27 @@ def _check_scaled_object(obj: dict[str, Any], spec: VariantSpec, objects: list[d
     assert float(triggers[0]["metadata"]["threshold"]) == spec.autoscaling.target_ongoing_requests
     assert f'model_name="{spec.served_name}"' in triggers[0]["metadata"]["query"]
     assert len(triggers) == (2 if spec.autoscaling.min_replicas == 0 else 1)  # a wake-up from zero
+    # The load is this variant's alone: the PodMonitor copies the pods' variant label on.
+    assert f'turnout_dev_variant_id="{spec.id}"' in triggers[0]["metadata"]["query"]
+    assert any(o["kind"] == "PodMonitor" for o in objects)
+
+
+def _check_pod_monitor(obj: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+    """The Prometheus Operator's CRD is not vendored either: it selects the engine Deployment's
+    pods (and no RayService pod), on a port the engine container names."""
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    _k8s_round_trip(obj["metadata"], "V1ObjectMeta")
+    _k8s_round_trip(obj["spec"]["selector"], "V1LabelSelector")
+    wanted = obj["spec"]["selector"]["matchLabels"].items()
+    template = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]
+    assert wanted <= template["metadata"]["labels"].items()
+    for ray in (o for o in objects if o["kind"] == "RayService"):
+        cluster = ray["spec"]["rayClusterConfig"]
+        for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+            assert not wanted <= group["template"]["metadata"]["labels"].items()
+    ports = {p["name"] for c in template["spec"]["containers"] for p in c["ports"]}
+    assert all(e["port"] in ports for e in obj["spec"]["podMetricsEndpoints"])
+    assert set(obj["spec"]["podTargetLabels"]) <= template["metadata"]["labels"].keys()
 
 
 def test_rayservice_validates_against_the_kuberay_crd_schema() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy.render.k8s_autoscaling import scaled_object
+from deploy.render.k8s_autoscaling import pod_monitor, scaled_object
 from deploy.spec import load_spec
 
 GOLDEN_SPECS = Path(__file__).resolve().parents[1] / "golden" / "render" / "_specs"
@@ -22,6 +22,19 @@ def test_an_autoscaled_vllm_spec_scales_on_ongoing_requests_per_replica() -> Non
     assert "vllm:num_requests_running{model_name=" in query and "vllm:num_requests_waiting" in query
 
 
+def test_two_variants_of_one_model_scale_on_their_own_pods_alone() -> None:
+    a = load_spec(EXAMPLES / "llama3-8b-h100-fp8kv.yaml")
+    b = a.model_copy(update={"name": "llama3-8b-canary", "replicas": 1})
+    assert a.served_name == b.served_name and a.id != b.id
+    for spec in (a, b):
+        scaling, monitor = scaled_object(spec), pod_monitor(spec)
+        assert scaling is not None and monitor is not None
+        query = scaling["spec"]["triggers"][0]["metadata"]["query"]
+        assert query.count(f'turnout_dev_variant_id="{spec.id}"') == 2  # running and waiting
+        assert monitor["spec"]["selector"]["matchLabels"]["turnout.dev/variant-id"] == spec.id
+        assert monitor["spec"]["podTargetLabels"] == ["turnout.dev/variant-id"]
+
+
 def test_scaling_to_zero_wakes_on_requests_for_the_variant() -> None:
     spec = load_spec(GOLDEN_SPECS / "qwen-v6e-autoscale.yaml")
     scaling = scaled_object(spec)
@@ -35,3 +48,4 @@ def test_no_scaled_object_without_autoscaling_or_for_other_engines() -> None:
     assert scaled_object(vllm.model_copy(update={"autoscaling": None})) is None
     triton = load_spec(GOLDEN_SPECS / "llama3-8b-triton-vllm-a100.yaml")
     assert scaled_object(triton.model_copy(update={"autoscaling": vllm.autoscaling})) is None
+    assert pod_monitor(vllm.model_copy(update={"autoscaling": None})) is None
