@@ -81,3 +81,23 @@ def test_reports_render_every_run_and_the_knee() -> None:
     assert "| all | 10 | 0 | 10.0 |" in text and "| a | 10 |" in text
     assert "Max sustainable rate: **10.0 req/s**" in text
     assert "| one |" in compare_table([("one", summary), ("two", summary)])
+
+
+def test_a_run_fails_its_ci_gate_above_the_error_bound_except_a_ramp() -> None:
+    from loadtests.cli import run_failed
+
+    def overall(requests: int, errors: int) -> dict[str, object]:
+        return {
+            "requests": requests,
+            "errors": errors,
+            "errors_by_kind": {"http_502": errors} if errors else {},
+        }
+
+    assert run_failed(overall(1000, 10), "steady", 0.01) is None  # 1.0%: at the bound
+    failed = run_failed(overall(1000, 11), "steady", 0.01)
+    assert failed == "11 of 1000 requests failed (1.1%: http_502 11), above --slo-max-error-rate 1.0%"
+    assert run_failed(overall(1000, 11), "spike", 0.01) is not None
+    assert run_failed(overall(1000, 11), "soak", 0.05) is None
+    assert run_failed(overall(1000, 500), "ramp", 0.01) is None  # past the knee is the ramp's finding
+    assert run_failed(overall(10, 10), "ramp", 0.01) == "every request failed (http_502 10)"
+    assert run_failed(overall(0, 0), "steady", 0.01) == "no request finished"
