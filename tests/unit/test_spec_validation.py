@@ -180,3 +180,33 @@ def test_check_raises_with_every_problem() -> None:
 def test_unreadable_model_is_a_problem(tmp_path: Path) -> None:
     found = problems(spec(model={"path": str(tmp_path)}))
     assert len(found) == 1 and found[0].startswith("model.path: ")
+
+
+def test_int4_shards_under_tensor_parallelism_are_whole_groups() -> None:
+    """Qwen2.5-72B's MLP (29568 wide) splits 8 ways into 3696 = 28.9 groups of 128, so its AWQ and
+    GPTQ checkpoints are published padded to 29696 (29 groups a device): read from a folder's
+    config.json, the padded one loads at TP 8 and the unpadded one does not."""
+    from deploy.model_facts import ModelFacts
+
+    shape = {"name": "qwen2.5-72b", "num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+             "num_kv_heads": 8, "head_dim": 128, "vocab_size": 152064, "num_params": 72_700_000_000,
+             "max_context": 32768}  # fmt: skip
+    released, padded = (
+        ModelFacts(**shape, intermediate_size=29568),
+        ModelFacts(**shape, intermediate_size=29696),
+    )
+    for quantization in ("awq-int4", "gptq-int4"):
+        tp8 = spec(quantization=quantization, dtype="fp16", tensor_parallel=8, device_count=8)
+        shards = [p for p in problems(tp8, released) if "shards" in p]
+        assert shards == [
+            f"tensor_parallel: 8 splits the intermediate_size 29568 of qwen2.5-72b into 3696-wide shards, "
+            f"not whole {quantization} groups of 128; the engine refuses to load it (use a "
+            "tensor_parallel whose shards are)"
+        ]
+        assert not [p for p in problems(tp8, padded) if "shards" in p]
+        tp2 = spec(quantization=quantization, dtype="fp16", tensor_parallel=2, device_count=2)
+        assert [p for p in problems(tp2, released) if "into 14784-wide shards" in p]  # 115.5 groups
+        one = spec(quantization=quantization, dtype="fp16", accelerator="h200-141gb")
+        assert not [p for p in problems(one, released) if p.startswith("tensor_parallel")]
+    # Unquantized weights split anywhere the heads allow.
+    assert not [p for p in problems(spec(tensor_parallel=8, device_count=8), released) if "shards" in p]
