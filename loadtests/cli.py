@@ -137,14 +137,23 @@ def run_failed(overall: dict[str, Any], scenario: str, max_error_rate: float) ->
 
     No request at all, or every one failed: a dead target or a wrong route, not a load test.
     Otherwise a steady, spike or soak run fails when more than ``max_error_rate`` of its requests
-    failed, as locust itself exits 1 on failures; a ramp is meant to go past what the target
-    holds, so its errors are its finding (the knee), not a failure of the run."""
+    failed, as locust itself exits 1 on failures, or when any got no answer at all: a gateway
+    sheds load with a status (429, 503), so a refused or reset connection means it went down,
+    and its users back off meanwhile (``loadtests/locustfile.py``), so such requests are few
+    beside the ones before the fall and no rate would show it. A ramp is meant to go past what
+    the target holds, so its errors are its finding (the knee), not a failure of the run."""
     requests, errors = overall["requests"], overall["errors"]
     kinds = ", ".join(f"{kind} {count}" for kind, count in overall["errors_by_kind"].items())
+    unanswered = overall["errors_by_kind"].get("connection", 0)
     if not requests:
         return "no request finished"
     if errors == requests:
         return f"every request failed ({kinds})"
+    if scenario != "ramp" and unanswered:
+        return (
+            f"{unanswered} of {requests} requests got no answer at all (connection refused or reset: "
+            f"the target went down or dropped them; errors: {kinds})"
+        )
     if scenario != "ramp" and errors / requests > max_error_rate:
         return (
             f"{errors} of {requests} requests failed ({errors / requests:.1%}: {kinds}), "

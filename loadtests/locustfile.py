@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gevent
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 
 from loadtests.scenarios import Scenario, users_at
@@ -37,6 +38,11 @@ RECORDS: list[Record] = []
 _USER_NUMBERS = itertools.count()
 _started = time.monotonic()
 _out = open(CONFIG["records"], "a", buffering=1) if CONFIG.get("records") else None  # noqa: SIM115
+# A user whose request got no answer at all (refused, reset: the target is down or restarting)
+# waits before its next one, doubling from the first to the most, as an SDK's client retries: a
+# closed-loop user with no wait would spin thousands of refusals a second, burning the CPU the
+# target comes back on and burying the run's records. Any answer, error statuses too, resets it.
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.05, 1.0
 
 
 @events.test_start.add_listener
@@ -72,6 +78,7 @@ class OpenAIUser(FastHttpUser):
         number = next(_USER_NUMBERS)
         self.rng = random.Random(f"{CONFIG.get('seed', 0)}-{number}")
         self.sticky = f"user-{CONFIG.get('seed', 0)}-{number}"
+        self.backoff_s = 0.0
 
     def _body(self) -> dict[str, Any]:
         words, max_tokens = SHAPE.draw(self.rng)
@@ -140,6 +147,11 @@ class OpenAIUser(FastHttpUser):
             tokens = row["output_tokens"]
             self._fire("TOK/S", tokens / seconds if seconds > 0 and tokens else None)
         _record(row)
+        if row["error"] == "connection":
+            self.backoff_s = min(MAX_BACKOFF_S, 2 * self.backoff_s or FIRST_BACKOFF_S)
+            gevent.sleep(self.backoff_s)
+        else:
+            self.backoff_s = 0.0
 
     def _read_stream(self, response: Any, chat: bool, start: float, row: dict[str, Any]) -> None:
         """Read the SSE answer line by line (a line arrives as soon as the gateway sends it)."""

@@ -218,3 +218,21 @@ def test_terminating_a_run_stops_its_locust_too(tmp_path: Path) -> None:
             assert target.stats()["requests"] == before  # nothing loads it any more
         finally:
             running.kill()
+
+
+def test_a_target_that_goes_down_mid_run_fails_it_and_its_users_back_off(tmp_path: Path) -> None:
+    """Closed-loop users with no wait used to spin ~5,000 refusals a second at a dead target (and
+    the run exited 0 if enough answers came before); now each backs off up to 1 s, and any request
+    with no answer at all fails the run."""
+    cmd = [sys.executable, "-m", "serving.cli", "loadtest", "--users", "2", "--duration", "4s",
+           "--route", "m", "--out", str(tmp_path)]  # fmt: skip
+    with FaultServer(reply="a b c", model="m") as target:
+        run = subprocess.Popen([*cmd, "--target", target.url], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(2.0)
+    _, stderr = run.communicate(timeout=120)
+    rows = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    refused = [row for row in rows if row["error"] == "connection"]
+    assert run.returncode == 1 and "requests got no answer at all (connection refused or reset" in stderr
+    assert 2 <= len(refused) <= 60, len(refused)  # ~2 s down, 2 users backing off 0.05 s .. 1 s
+    assert len(rows) - len(refused) > 100  # it answered before it went

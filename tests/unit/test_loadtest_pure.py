@@ -101,3 +101,9 @@ def test_a_run_fails_its_ci_gate_above_the_error_bound_except_a_ramp() -> None:
     assert run_failed(overall(1000, 500), "ramp", 0.01) is None  # past the knee is the ramp's finding
     assert run_failed(overall(10, 10), "ramp", 0.01) == "every request failed (http_502 10)"
     assert run_failed(overall(0, 0), "steady", 0.01) == "no request finished"
+    went_down = {"requests": 5000, "errors": 14, "errors_by_kind": {"connection": 12, "http_502": 2}}
+    assert run_failed(went_down, "soak", 0.01) == (
+        "12 of 5000 requests got no answer at all (connection refused or reset: the target went down "
+        "or dropped them; errors: connection 12, http_502 2)"
+    )
+    assert run_failed(went_down, "ramp", 0.01) is None
