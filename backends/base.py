@@ -104,6 +104,9 @@ class Chunk:
     # The delta's other fields an OpenAI-compatible upstream set (tool_calls, reasoning_content…),
     # passed on as it shaped them.
     extra: dict[str, Any] | None = None
+    # On the finishing chunk: the stop sequence (or stop token id) that ended the answer, as
+    # vLLM's ``stop_reason`` says; None when it ended otherwise (EOS, length) or nobody says.
+    stop_reason: str | int | None = None
 
 
 @dataclass(slots=True)
@@ -116,6 +119,7 @@ class Completion:
     # The chat message's other fields an OpenAI-compatible upstream set (tool_calls, refusal,
     # reasoning_content…), passed on as it shaped them.
     message_extra: dict[str, Any] | None = None
+    stop_reason: str | int | None = None  # as :attr:`Chunk.stop_reason`
 
 
 @dataclass(frozen=True, slots=True)

@@ -218,7 +218,8 @@ class EmbeddedBackend:
                 if finish == "error":
                     raise BackendError(f"the embedded engine failed while generating on '{self.name}'")
                 usage = Usage(prompt_tokens=len(prompt), completion_tokens=generated)
-                yield Chunk(text=text, finish_reason=finish, usage=usage, logprobs=logprobs)
+                stop_reason = seq.scanner.matched if finish == "stop" else None
+                yield Chunk(text, finish, usage, logprobs, stop_reason=stop_reason)
                 return
         finally:
             seq.cancel_requested = True
@@ -233,5 +234,6 @@ class EmbeddedBackend:
                 logprobs = merge_logprobs(logprobs, chunk.logprobs)
             if chunk.finish_reason is not None:
                 usage = chunk.usage or Usage()
-                return Completion("".join(parts), chunk.finish_reason, usage, logprobs=logprobs)
+                text = "".join(parts)
+                return Completion(text, chunk.finish_reason, usage, logprobs, stop_reason=chunk.stop_reason)
         raise BackendError(f"the embedded engine ended without a finish on '{self.name}'")

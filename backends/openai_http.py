@@ -348,7 +348,7 @@ class OpenAIHttpBackend:
             usage = _usage(data.get("usage")) or Usage()
             finish = choice.get("finish_reason") or "stop"
             extra = message_extra(choice["message"]) if chat else None
-            return Completion(text, finish, usage, choice.get("logprobs"), extra)
+            return Completion(text, finish, usage, choice.get("logprobs"), extra, _stop_reason(choice))
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
 
@@ -395,6 +395,8 @@ class OpenAIHttpBackend:
                     last.logprobs = merge_logprobs(last.logprobs, chunk.logprobs)
                     if chunk.extra is not None:
                         last.extra = {**(last.extra or {}), **chunk.extra}
+                    if chunk.stop_reason is not None:
+                        last.stop_reason = chunk.stop_reason
                 elif chunk.finish_reason is not None or chunk.usage is not None:
                     last = chunk
                 else:
@@ -423,7 +425,14 @@ class OpenAIHttpBackend:
             raise transport_error(self.name, exc) from exc
         if not text and finish is None and usage is None and not logprobs and extra is None:
             return None  # role-only or empty delta: nothing to pass on
-        return Chunk(text, finish, usage, logprobs if isinstance(logprobs, dict) else None, extra)
+        logprobs = logprobs if isinstance(logprobs, dict) else None
+        return Chunk(text, finish, usage, logprobs, extra, _stop_reason(choice))
+
+
+def _stop_reason(choice: dict[str, Any]) -> str | int | None:
+    """vLLM's ``stop_reason`` of a choice: the stop string or stop token id that ended it."""
+    reason = choice.get("stop_reason")
+    return reason if isinstance(reason, str | int) and not isinstance(reason, bool) else None
 
 
 def _event_data(event: bytes) -> bytes | None:

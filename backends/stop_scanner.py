@@ -13,6 +13,7 @@ class StopScanner:
         self._stops = tuple(s for s in stops if s)
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop sequence that ended it (vLLM's ``stop_reason``)
 
     def feed(self, piece: str) -> str:
         """Add decoded text; return the part that is safe to emit. Sets ``stopped`` on a match."""
@@ -21,10 +22,11 @@ class StopScanner:
         if not self._stops:
             return piece
         buffer = self._held + piece
-        cut = min((i for i in (buffer.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        cut, matched = min(((buffer.find(s), s) for s in self._stops if s in buffer), default=(-1, None))
+        if matched is not None:
             self._held = ""
             self.stopped = True
+            self.matched = matched
             return buffer[:cut]
         keep = self._longest_pending_prefix(buffer)
         self._held = buffer[len(buffer) - keep :] if keep else ""

@@ -159,8 +159,12 @@ def chat_body(
     usage: dict[str, Any],
     logprobs: dict[str, Any] | None = None,
     message_extra: dict[str, Any] | None = None,
+    stop_reason: str | int | None = None,
 ) -> bytes:
     message: dict[str, Any] = {"role": "assistant", "content": text}
+    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
+    if stop_reason is not None:  # vLLM's: the stop sequence or stop token that ended it
+        choice["stop_reason"] = stop_reason
     if message_extra:
         message.update(message_extra)
         if not text and "tool_calls" in message_extra:  # as OpenAI and vLLM send a bare tool call
@@ -171,14 +175,7 @@ def chat_body(
             "object": "chat.completion",
             "created": created,
             "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": logprobs,
-                    "finish_reason": finish,
-                }
-            ],
+            "choices": [choice],
             "usage": usage,
         }
     )
@@ -190,14 +187,15 @@ def completion_body(rid: str, model: str, created: int, results: list[Completion
     choices = []
     for index, result in enumerate(results):
         usage.add(result.usage)
-        choices.append(
-            {
-                "index": index,
-                "text": result.text,
-                "logprobs": result.logprobs,
-                "finish_reason": result.finish_reason,
-            }
-        )
+        choice = {
+            "index": index,
+            "text": result.text,
+            "logprobs": result.logprobs,
+            "finish_reason": result.finish_reason,
+        }
+        if result.stop_reason is not None:
+            choice["stop_reason"] = result.stop_reason
+        choices.append(choice)
     return orjson.dumps(
         {
             "id": f"cmpl-{rid}",
@@ -258,7 +256,10 @@ async def _sse_events(
                 if charge is not None and chunk.usage is not None:
                     charge(chunk.usage.total_tokens)
                     charged = True
-                yield sse.event({**head, "choices": [choice(None, chunk.finish_reason, logprobs)], **extra})
+                last = choice(None, chunk.finish_reason, logprobs)
+                if chunk.stop_reason is not None:
+                    last["stop_reason"] = chunk.stop_reason
+                yield sse.event({**head, "choices": [last], **extra})
                 if include_usage and chunk.usage is not None:
                     yield sse.event({**head, "choices": [], "usage": chunk.usage.as_dict()})
     except TurnoutError as exc:
@@ -394,6 +395,7 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
                 usage,
                 result.logprobs,
                 result.message_extra,
+                result.stop_reason,
             )
         else:
             content = completion_body(rid, route, created, results)

@@ -71,9 +71,25 @@ def test_max_tokens_gives_length(client: openai.OpenAI) -> None:
 
 
 def test_stop_sequence_is_cut_and_not_emitted(client: openai.OpenAI) -> None:
-    reply = client.completions.create(model="turnout-tiny", prompt="12+34=", max_tokens=8, stop=["4"])
+    reply = client.completions.create(model="turnout-tiny", prompt="12+34=", max_tokens=8, stop=["4", "9"])
     assert reply.choices[0].text == "6"
     assert reply.choices[0].finish_reason == "stop"
+    assert (reply.choices[0].model_extra or {}).get("stop_reason") == "4"  # vLLM's extension
+
+
+def test_stop_reason_names_the_stop_sequence_only(client: openai.OpenAI) -> None:
+    """As vLLM: the stop string that ended the answer, on its last choice or chunk; absent when the
+    end token or max_tokens ended it."""
+    messages = [{"role": "user", "content": "12+34="}]
+    chat = client.chat.completions.create(model="turnout-tiny", messages=messages, max_tokens=8, stop=["0"])
+    assert (chat.choices[0].message.content, chat.choices[0].model_extra) == ("64", {"stop_reason": "0"})
+    stream = client.chat.completions.create(
+        model="turnout-tiny", messages=messages, max_tokens=8, stop=["0"], stream=True
+    )
+    finishing = [c.choices[0] for c in stream if c.choices and c.choices[0].finish_reason]
+    assert [(c.finish_reason, (c.model_extra or {}).get("stop_reason")) for c in finishing] == [("stop", "0")]
+    eos = client.chat.completions.create(model="turnout-tiny", messages=messages, max_tokens=8)
+    assert eos.choices[0].finish_reason == "stop" and "stop_reason" not in (eos.choices[0].model_extra or {})
 
 
 @pytest.mark.parametrize("model", ["turnout-tiny-int8", "turnout-tiny-int4"])

@@ -80,6 +80,16 @@ def test_stream_through_relay_is_chunk_by_chunk(client: openai.OpenAI) -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
 
 
+def test_the_upstreams_stop_reason_is_passed_on(client: openai.OpenAI) -> None:
+    reply = client.completions.create(model="relay", prompt="12+34=", max_tokens=8, stop=["4"])
+    assert (reply.choices[0].text, (reply.choices[0].model_extra or {}).get("stop_reason")) == ("6", "4")
+    stream = client.completions.create(model="relay", prompt="12+34=", max_tokens=8, stop=["4"], stream=True)
+    reasons = [
+        (c.choices[0].model_extra or {}).get("stop_reason") for c in stream if c.choices[0].finish_reason
+    ]
+    assert reasons == ["4"]
+
+
 def test_sampling_fields_reach_the_upstream(client: openai.OpenAI) -> None:
     reply = client.completions.create(
         model="relay", prompt="the", max_tokens=12, temperature=0, extra_body={"ignore_eos": True}

@@ -49,3 +49,13 @@ def test_earliest_of_several_stops_wins() -> None:
 
 def test_empty_stop_strings_are_ignored() -> None:
     assert run(("",), ["abc"]) == ("abc", False)
+
+
+def test_the_stop_that_ended_it_is_named_as_vllm_s_stop_reason() -> None:
+    scanner = StopScanner(("xyz", "q"))
+    assert (scanner.feed("aaxy"), scanner.matched) == ("aa", None)
+    assert (scanner.feed("zq"), scanner.matched) == ("", "xyz")  # the one the text was cut at
+    assert StopScanner(("bc", "abcd")).feed("zabcd") == "z"
+    never = StopScanner(("END",))
+    assert never.feed("abcEN") == "abc"
+    assert never.flush() == "EN" and never.matched is None
