@@ -20,7 +20,7 @@ from starlette.responses import Response
 from serving.api.state import AppState
 from serving.auth import Role
 from serving.errors import ClientError, Unprocessable
-from serving.routing.spec import RouteSpec, describe_split, live_targets, problems
+from serving.routing.spec import RouteSpec, problems
 from serving.store import RouteVersion
 
 
@@ -81,13 +81,6 @@ def _parse_spec(data: object, known: frozenset[str], aliases: dict[str, str]) ->
     found = problems(spec, known)
     if found:
         raise Unprocessable("spec." + "; spec.".join(found), param="spec")
-    split = live_targets(spec)
-    if spec.canary is not None and len(split) > 1:  # the canary's own split would replace this one
-        raise Unprocessable(
-            f"spec.canary: a canary moves traffic from one stable variant, but the targets split it "
-            f"({describe_split(split)}): give the route one target",
-            param="spec.canary",
-        )
     return spec
 
 
@@ -135,13 +128,14 @@ async def rollback_route(request: Request) -> Response:
     expected = _if_match(request)
     body = await _body(request)
     to_version = body.get("to_version")
-    if to_version is not None and (type(to_version) is not int or to_version < 1):  # true is no version
+    # (true is no version; past 2**63 no store can hold one)
+    if to_version is not None and (type(to_version) is not int or not 1 <= to_version < 2**63):
         raise ClientError("to_version must be a positive integer", param="to_version")
-    if to_version is not None:
-        target = await asyncio.to_thread(state.store.get_version, name, to_version)
-        _parse_spec(
-            target.spec.model_dump(mode="json"), frozenset(state.gateway.backends), state.variant_aliases
-        )
+    known, aliases = frozenset(state.gateway.backends), state.variant_aliases
+
+    def servable(spec: RouteSpec) -> None:  # the version restored, default or named, must serve here
+        _parse_spec(spec.model_dump(mode="json"), known, aliases)
+
     reason = body.get("reason")
     stored = await asyncio.to_thread(
         state.store.rollback,
@@ -150,6 +144,7 @@ async def rollback_route(request: Request) -> Response:
         expected_version=expected,
         author=author,
         reason=str(reason) if reason else None,
+        check=servable,
     )
     await state.sync.refresh()
     return _version_response(state, stored)

@@ -8,6 +8,7 @@ rules that need the set of configured variants are checked by :func:`problems`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
@@ -163,8 +164,11 @@ class RouteSpec(BaseModel):
         names = [t.variant for t in self.targets]
         if len(set(names)) != len(names):
             raise ValueError(f"a variant appears twice in targets: {names}")
-        if sum(t.weight for t in self.targets) <= 0:
+        total = sum(t.weight for t in self.targets)
+        if total <= 0:
             raise ValueError("target weights must sum to a positive number")
+        if not math.isfinite(total):  # each is finite, their sum may not be: every draw would land last
+            raise ValueError("target weights must sum to a finite number (they are relative: use small ones)")
         shadow_names = [s.variant for s in self.shadows]
         if len(set(shadow_names)) != len(shadow_names):
             raise ValueError(f"a variant appears twice in shadows: {shadow_names}")
@@ -178,6 +182,19 @@ class RouteSpec(BaseModel):
                 raise ValueError(f"canary.stable '{self.canary.stable}' must be one of the targets {names}")
             if self.canary.canary in shadow_names:
                 raise ValueError(f"canary '{self.canary.canary}' is also a shadow")
+            # The canary's own split replaces the targets': any other live target would lose its
+            # traffic, and a stable one at weight 0 would take over the route's.
+            live = live_targets(self)
+            if len(live) > 1:
+                raise ValueError(
+                    f"a canary moves traffic from one stable variant, but the targets split it "
+                    f"({describe_split(live)}): give the route one target"
+                )
+            if live[0].variant != self.canary.stable:
+                raise ValueError(
+                    f"canary.stable '{self.canary.stable}' takes no traffic (weight 0); the route's "
+                    f"traffic goes to '{live[0].variant}', which must be the canary's stable variant"
+                )
         return self
 
     def primaries(self) -> list[WeightedTarget]:

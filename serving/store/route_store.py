@@ -127,8 +127,12 @@ class RouteStore:
         expected_version: int | None,
         author: str,
         reason: str | None = None,
+        check: Callable[[RouteSpec], None] | None = None,
     ) -> RouteVersion:
         """Add a new version equal to an older one (default: the one before the current).
+
+        ``check`` sees the spec about to be restored, inside the write, and raises to refuse it
+        (the admin API: one whose variants this gateway no longer has cannot be put in force).
 
         With no ``to_version``, a current version that is itself a rollback is refused (409): its
         "previous" is the version it rolled away from, so two rollbacks at once (two operators, or
@@ -156,7 +160,10 @@ class RouteStore:
                     code="no_earlier_version",
                 )
             target = latest.version - 1 if to_version is None else to_version
-            return versions.one(conn, route, target).spec, reason or f"rollback to v{target}"
+            spec = versions.one(conn, route, target).spec
+            if check is not None:
+                check(spec)
+            return spec, reason or f"rollback to v{target}"
 
         return self._append(
             route, expected_version=expected_version, author=author, action="rollback", next_spec=older

@@ -144,7 +144,20 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
             "targets": [{"variant": "a", "weight": 70}, {"variant": "b", "weight": 30}],
             "canary": {"stable": "a", "canary": "b", "gates": [{"metric": "error_rate", "max": 0.1}]},
         },
-        "spec.canary: a canary moves traffic from one stable variant, but the targets split it (a 70, b 30)",
+        "spec: a canary moves traffic from one stable variant, but the targets split it (a 70, b 30)",
+    ),
+    (
+        "canary from a target that takes no traffic",
+        {
+            "targets": [{"variant": "a", "weight": 0}, {"variant": "b", "weight": 1}],
+            "canary": {"stable": "a", "canary": "c", "gates": [{"metric": "error_rate", "max": 0.1}]},
+        },
+        "canary.stable 'a' takes no traffic (weight 0); the route's traffic goes to 'b'",
+    ),
+    (
+        "weights whose sum overflows",
+        {"targets": [{"variant": "a", "weight": 1e308}, {"variant": "b", "weight": 1e308}]},
+        "target weights must sum to a finite number",
     ),
     ("negative weight", {"targets": [{"variant": "a", "weight": -1}]}, "spec.targets.0.weight"),
     ("unknown field", {"targets": [{"variant": "a"}], "weights": {}}, "spec.weights"),
@@ -211,6 +224,29 @@ def test_history_rollback_and_audit(gateway: str) -> None:
         f"{gateway}/admin/routes/chat/rollback", json={"to_version": True}, headers=admin()
     )
     assert not_a_version.status_code == 400 and not_a_version.json()["error"]["param"] == "to_version"
+
+
+def test_a_rollback_never_restores_a_version_this_gateway_cannot_serve(
+    config: Path, servers: tuple[FaultServer, FaultServer]
+) -> None:
+    """Version 2 sends to ``b``, which the restarted gateway no longer has: rolling back to it,
+    by number or as the default one before the current, is a 422 and writes nothing (the default
+    used to be written unchecked and then never put in force)."""
+    with running_gateway(config) as launched:
+        assert put_route(launched.url, "chat", {"targets": [{"variant": "b"}]}, version=1).status_code == 200
+        assert put_route(launched.url, "chat", {"targets": [{"variant": "a"}]}, version=2).status_code == 200
+    a, _ = servers
+    write_config(config, {"a": fault_variant(a)}, {"chat": {"targets": [{"variant": "a"}]}})
+    with running_gateway(config) as launched:
+        rollback = f"{launched.url}/admin/routes/chat/rollback"
+        for body in ({}, {"to_version": 2}):
+            refused = httpx.post(rollback, json=body, headers=admin())
+            assert refused.status_code == 422, refused.text
+            assert "unknown variant 'b'" in refused.json()["error"]["message"]
+        assert httpx.get(f"{launched.url}/admin/routes/chat", headers=admin()).json()["version"] == 3
+        assert chat(launched.url).headers["x-turnout-route-version"] == "3"
+        too_big = httpx.post(rollback, json={"to_version": 2**63}, headers=admin())
+        assert too_big.status_code == 400 and too_big.json()["error"]["param"] == "to_version"
 
 
 def test_routes_survive_a_restart(config: Path) -> None:

@@ -76,6 +76,15 @@ def test_default_config_serves_three_precisions() -> None:
             "routes.tiny.targets.1.weight: Input should be a finite number",
         ),
         (
+            # The canary's split would replace this one: "remote" would silently lose its traffic.
+            GOOD.replace(
+                "{variant: remote, weight: 3}]}",
+                "{variant: remote, weight: 3}], canary: {stable: local, canary: remote,"
+                " gates: [{metric: error_rate, max: 0.1}]}}",
+            ),
+            "routes.tiny: a canary moves traffic from one stable variant, but the targets split it",
+        ),
+        (
             GOOD.replace("precision: int8", "model_dir: /nonexistent/dir"),
             "variants.local.model_dir: /nonexistent/dir holds no genai_config.json",
         ),
