@@ -110,7 +110,7 @@ def test_a_spec_name_may_not_clash_with_a_named_variant(tmp_path: Path) -> None:
 def test_renamed_rewrites_every_variant_reference() -> None:
     spec = RouteSpec.model_validate(
         {
-            "targets": [{"variant": "a", "weight": 3}, {"variant": "b"}],
+            "targets": [{"variant": "a", "weight": 3}, {"variant": "b", "weight": 0}],
             "shadows": [{"variant": "s"}],
             "fallbacks": ["f", "keep"],
             "canary": {"stable": "a", "canary": "c", "gates": [{"metric": "error_rate", "max": 0.1}]},
@@ -118,7 +118,7 @@ def test_renamed_rewrites_every_variant_reference() -> None:
     )
     aliases = {"a": "id-a", "b": "id-b", "s": "id-s", "f": "id-f", "c": "id-c"}
     renamed = spec.renamed(aliases)
-    assert [(t.variant, t.weight) for t in renamed.targets] == [("id-a", 3.0), ("id-b", 1.0)]
+    assert [(t.variant, t.weight) for t in renamed.targets] == [("id-a", 3.0), ("id-b", 0.0)]
     assert [s.variant for s in renamed.shadows] == ["id-s"] and renamed.fallbacks == ["id-f", "keep"]
     assert renamed.canary is not None and (renamed.canary.stable, renamed.canary.canary) == ("id-a", "id-c")
     assert spec.renamed({}) is spec and spec.renamed({"other": "x"}) is spec
