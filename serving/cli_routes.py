@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from serving.cli_routes_pure import (
     EditError,
@@ -75,6 +76,8 @@ class AdminClient:
         headers = {"If-Match": f'"{version}"'} if version is not None else {}
         try:
             response = self._http.request(method, path, json=body, headers=headers)
+        except httpx.InvalidURL as exc:
+            raise ApiError(None, f"{self.url}{path} is not a URL: {exc}") from None
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
             raise ApiError(None, f"cannot reach the gateway at {self.url}: {exc}") from None
         except httpx.TransportError as exc:
@@ -89,6 +92,12 @@ class AdminClient:
         if response.status_code >= 400:
             raise ApiError(response.status_code, _error_message(response), _error_code(response))
         return response.json()
+
+
+def _route_path(name: str, sub_resource: str = "") -> str:
+    """A route's admin path: names may hold "/" (``org/model``), kept as is; "?", "#", "%" and the
+    like are percent-encoded."""
+    return f"/admin/routes/{quote(name, safe='/')}{sub_resource}"
 
 
 def _error_code(response: httpx.Response) -> str | None:
@@ -189,7 +198,7 @@ def _put(
     client: AdminClient, args: argparse.Namespace, spec: RouteSpec, version: int | None, reason: str
 ) -> int:
     body = {"spec": spec.model_dump(mode="json"), "reason": args.reason or reason}
-    return _report(client.call("PUT", f"/admin/routes/{args.name}", body=body, version=version), args)
+    return _report(client.call("PUT", _route_path(args.name), body=body, version=version), args)
 
 
 def _report(rv: dict[str, Any], args: argparse.Namespace) -> int:
@@ -204,7 +213,7 @@ def _report(rv: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def _current(client: AdminClient, name: str) -> tuple[RouteSpec, int]:
-    rv = client.call("GET", f"/admin/routes/{name}")
+    rv = client.call("GET", _route_path(name))
     return validate_spec(rv["spec"]), int(rv["version"])
 
 
@@ -215,7 +224,7 @@ def _list(client: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _show(client: AdminClient, args: argparse.Namespace) -> int:
-    print(json.dumps(client.call("GET", f"/admin/routes/{args.name}"), indent=2))
+    print(json.dumps(client.call("GET", _route_path(args.name)), indent=2))
     return 0
 
 
@@ -239,7 +248,7 @@ def _weights(client: AdminClient, args: argparse.Namespace) -> int:
 
 def _shadow(client: AdminClient, args: argparse.Namespace) -> int:
     if args.add is None and args.remove is None:
-        data = client.call("GET", f"/admin/routes/{args.name}/shadow")
+        data = client.call("GET", _route_path(args.name, "/shadow"))
         print(json.dumps(data, indent=2) if args.json else shadow_report(data))
         return 0
     spec, version = _current(client, args.name)
@@ -285,20 +294,20 @@ def _rollback(client: AdminClient, args: argparse.Namespace) -> int:
     # If-Match on the version read, as every edit: a change landing in between is a 409, not
     # silently the thing rolled back.
     # Only the version: an emergency rollback must not fail on this CLI's view of the spec.
-    version = int(client.call("GET", f"/admin/routes/{args.name}")["version"])
+    version = int(client.call("GET", _route_path(args.name))["version"])
     body = {"to_version": args.to, "reason": args.reason}
-    path = f"/admin/routes/{args.name}/rollback"
+    path = _route_path(args.name, "/rollback")
     return _report(client.call("POST", path, body=body, version=version), args)
 
 
 def _history(client: AdminClient, args: argparse.Namespace) -> int:
-    data = client.call("GET", f"/admin/routes/{args.name}/history")
+    data = client.call("GET", _route_path(args.name, "/history"))
     print(json.dumps(data, indent=2) if args.json else history_table(data["versions"]))
     return 0
 
 
 def _diff(client: AdminClient, args: argparse.Namespace) -> int:
-    versions = client.call("GET", f"/admin/routes/{args.name}/history")["versions"]
+    versions = client.call("GET", _route_path(args.name, "/history"))["versions"]
     by_number = {int(rv["version"]): rv["spec"] for rv in versions}
     v2 = args.v2 if args.v2 is not None else max(by_number, default=0)
     for wanted in (args.v1, v2):
@@ -317,9 +326,15 @@ _COMMANDS = {**_READS, **_EDITS}
 
 def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:
     """Run one ``turnout routes`` command (``transport`` lets tests answer without a server)."""
+    import httpx
+
     url = args.url or os.environ.get("TURNOUT_URL") or DEFAULT_URL
     token = args.token or os.environ.get("TURNOUT_ADMIN_TOKEN") or None
-    client = AdminClient(url, token, transport=transport)
+    try:
+        client = AdminClient(url, token, transport=transport)
+    except httpx.InvalidURL as exc:
+        print(f"turnout: --url {url!r} is not a URL ({exc}), e.g. {DEFAULT_URL}", file=sys.stderr)
+        return 2
     try:
         return _COMMANDS[args.routes_command](client, args)
     except EditError as exc:

@@ -66,6 +66,8 @@ def load_spec_file(path: Path) -> RouteSpec:
         data = strict_yaml.load(path.read_text(), str(path))
     except OSError as exc:
         raise EditError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise EditError(f"{path}: not UTF-8 text (byte {exc.start}): a route spec is YAML or JSON") from None
     except yaml.YAMLError as exc:
         raise EditError(f"{path}: not valid YAML or JSON: {exc}") from None
     if isinstance(data, dict) and "spec" in data and "targets" not in data:

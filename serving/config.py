@@ -28,7 +28,7 @@ from backends.settings import EmbeddedSettings, VariantSettings
 from deploy import strict_yaml
 from deploy.unknown_keys import unknown_key_message
 from serving.errors import ConfigError
-from serving.routing.spec import RouteSpec, WeightedTarget, problems
+from serving.routing.spec import RouteSpec, WeightedTarget, problems, route_name_problem
 from serving.spec_variants import SpecVariant, spec_aliases
 
 DEFAULT_MODEL = "turnout-tiny"
@@ -161,6 +161,10 @@ class GatewayConfig(BaseModel):
     @field_validator("routes")
     @classmethod
     def _spec_names_to_ids(cls, routes: dict[str, RouteSpec], info: ValidationInfo) -> dict[str, RouteSpec]:
+        for name in routes:
+            problem = route_name_problem(name)
+            if problem:
+                raise ValueError(problem)
         aliases = spec_aliases(entry.loaded for entry in info.data.get("specs", []))
         return {name: route.renamed(aliases) for name, route in routes.items()}
 

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from serving.api.state import AppState
 from serving.auth import Role
 from serving.errors import ClientError, Unprocessable
-from serving.routing.spec import RouteSpec, problems
+from serving.routing.spec import RouteSpec, problems, route_name_problem
 from serving.store import RouteVersion
 
 
@@ -100,6 +100,9 @@ async def put_route(request: Request) -> Response:
     state: AppState = request.app.state.turnout
     author = _principal(request, state, "operator")
     name = request.path_params["name"]
+    problem = route_name_problem(name)
+    if problem:
+        raise Unprocessable(problem, param="name")
     expected = _if_match(request)
     body = await _body(request)
     if "spec" not in body:
@@ -171,11 +174,14 @@ async def audit(request: Request) -> Response:
 
 
 def install(app: Any) -> None:
-    """Register the admin endpoints on the FastAPI app."""
+    """Register the admin endpoints on the FastAPI app.
+
+    Route names may hold "/" (``meta-llama/Llama-3.1-8B-Instruct``), so each takes the rest of
+    the path; the sub-resources come first, and no route name ends like one (``route_name_problem``)."""
     app.add_route("/admin/routes", list_routes, methods=["GET"])
-    app.add_route("/admin/routes/{name}", get_route, methods=["GET"])
-    app.add_route("/admin/routes/{name}", put_route, methods=["PUT"])
-    app.add_route("/admin/routes/{name}/history", route_history, methods=["GET"])
-    app.add_route("/admin/routes/{name}/rollback", rollback_route, methods=["POST"])
-    app.add_route("/admin/routes/{name}/shadow", route_shadow, methods=["GET"])
+    app.add_route("/admin/routes/{name:path}/history", route_history, methods=["GET"])
+    app.add_route("/admin/routes/{name:path}/rollback", rollback_route, methods=["POST"])
+    app.add_route("/admin/routes/{name:path}/shadow", route_shadow, methods=["GET"])
+    app.add_route("/admin/routes/{name:path}", get_route, methods=["GET"])
+    app.add_route("/admin/routes/{name:path}", put_route, methods=["PUT"])
     app.add_route("/admin/audit", audit, methods=["GET"])

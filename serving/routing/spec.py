@@ -232,6 +232,28 @@ class RouteSpec(BaseModel):
         return found
 
 
+MAX_ROUTE_NAME = 256
+# The admin API's sub-resources of a route (``/admin/routes/NAME/history``…): a route named to end
+# like one could not be told from it, as names may hold "/" (``meta-llama/Llama-3.1-8B-Instruct``).
+ROUTE_SUB_RESOURCES = ("history", "rollback", "shadow")
+
+
+def route_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a route (a public model name), or None. Any text a client can send
+    as ``model`` and an operator can type: not empty, at most 256 characters, no control
+    characters, no spaces at either end, not ending in an admin sub-resource."""
+    if not name or len(name) > MAX_ROUTE_NAME:
+        return f"a route name has 1 to {MAX_ROUTE_NAME} characters, not {len(name)}"
+    if any(not c.isprintable() for c in name) or name != name.strip():
+        return f"route name {name!r} holds control characters or spaces at an end"
+    if name.startswith("/") or name.endswith("/") or "//" in name:
+        return f"route name {name!r} starts or ends with '/' or has an empty part"
+    last = name.rsplit("/", 1)[-1]
+    if "/" in name and last in ROUTE_SUB_RESOURCES:
+        return f"route name {name!r} ends in '/{last}', which the admin API reads as the route's {last}"
+    return None
+
+
 def live_targets(spec: RouteSpec) -> list[WeightedTarget]:
     """The targets that get traffic (weight above 0)."""
     return [t for t in spec.targets if t.weight > 0]

@@ -145,3 +145,27 @@ def test_errors_exit_non_zero_with_the_reason(gateway: Launched) -> None:
     local = routes(gateway, "weights", "chat", "a=-5")
     assert local.returncode == 2
     assert _current(gateway)["version"] == 1
+
+
+def test_a_route_named_like_a_hub_model_is_managed_like_any_other(gateway: Launched, tmp_path: Path) -> None:
+    """``org/model`` names (the usual ones) were served but every admin path was a 404."""
+    name = "meta-llama/Llama-3.1-8B-Instruct"
+    spec = tmp_path / "a.yaml"
+    spec.write_text("targets: [{variant: a}]\n")
+    made = routes(gateway, "set", name, "--file", str(spec))
+    assert made.returncode == 0, made.stderr
+    assert routes(gateway, "weights", name, "a=1", "b=1").returncode == 0
+    shown = httpx.get(f"{gateway.url}/admin/routes/{name}", headers=admin()).json()
+    assert shown["route"] == name and shown["version"] == 2
+    assert routes(gateway, "rollback", name).returncode == 0
+    history = routes(gateway, "history", name)
+    assert history.returncode == 0 and "rollback" in history.stdout, history.stdout
+    assert chat(gateway.url, model=name).headers["x-turnout-route-version"] == "3"
+    odd = routes(gateway, "set", "a?b#c d%", "--file", str(spec))  # percent-encoded on the way
+    assert odd.returncode == 0, odd.stderr
+    encoded = httpx.get(f"{gateway.url}/admin/routes/a%3Fb%23c%20d%25", headers=admin())
+    assert encoded.json()["route"] == "a?b#c d%"
+    body = {"spec": {"targets": [{"variant": "a"}]}}
+    for bad in ("x/history", "a%09b", "%20padded", "a//b"):
+        refused = httpx.put(f"{gateway.url}/admin/routes/{bad}", json=body, headers=admin())
+        assert refused.status_code == 422 and refused.json()["error"]["param"] == "name", (bad, refused.text)

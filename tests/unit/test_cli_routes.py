@@ -34,7 +34,7 @@ from serving.cli_routes_pure import (
     stable_target,
     start_canary,
 )
-from serving.routing.spec import RouteSpec, WeightedTarget
+from serving.routing.spec import RouteSpec, WeightedTarget, route_name_problem
 
 
 def spec_of(**data: Any) -> RouteSpec:
@@ -404,3 +404,29 @@ def test_options_may_follow_the_command() -> None:
     assert args.url == "http://x" and args.json is True and args.token is None
     args = build_parser().parse_args(["routes", "--url", "http://y", "show", "chat"])
     assert args.url == "http://y" and args.json is False
+
+
+def test_route_names_are_any_model_name_the_admin_paths_can_tell_apart() -> None:
+    for good in (
+        "turnout-tiny",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "llama3:8b",
+        "a?b#c d%",
+        "org/history-v2",
+    ):
+        assert route_name_problem(good) is None, good
+    bad = {
+        "": "1 to 256 characters, not 0",
+        "x" * 257: "not 257",
+        "a\nb": "control characters",
+        "a\x00b": "control characters",
+        " padded": "spaces at an end",
+        "/lead": "starts or ends with '/'",
+        "a//b": "an empty part",
+        "org/model/history": "ends in '/history', which the admin API reads as the route's history",
+        "x/rollback": "'/rollback'",
+        "x/shadow": "'/shadow'",
+    }
+    for name, reason in bad.items():
+        problem = route_name_problem(name)
+        assert problem is not None and reason in problem, (name, problem)

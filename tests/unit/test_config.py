@@ -75,6 +75,7 @@ def test_default_config_serves_three_precisions() -> None:
             GOOD.replace("weight: 3", "weight: .inf"),
             "routes.tiny.targets.1.weight: Input should be a finite number",
         ),
+        (GOOD.replace("  tiny: {targets", "  tiny/history: {targets"), "ends in '/history'"),
         (
             # The canary's split would replace this one: "remote" would silently lose its traffic.
             GOOD.replace(
