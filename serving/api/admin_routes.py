@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from serving.api.openai_routes import read_body
 from serving.api.state import AppState
 from serving.auth import Role
 from serving.errors import ClientError, Unprocessable
@@ -56,8 +57,10 @@ def _if_match(request: Request) -> int | None:
     return int(value)
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+async def _body(request: Request, state: AppState) -> dict[str, Any]:
+    """The JSON object sent, bounded by ``server.max_body_bytes`` as the OpenAI endpoints' are (a
+    reason of megabytes would be stored in every history and audit read)."""
+    raw = await read_body(request.receive, dict(request.headers), state.max_body_bytes)
     if not raw:
         return {}
     try:
@@ -104,7 +107,7 @@ async def put_route(request: Request) -> Response:
     if problem:
         raise Unprocessable(problem, param="name")
     expected = _if_match(request)
-    body = await _body(request)
+    body = await _body(request, state)
     if "spec" not in body:
         raise Unprocessable('The body must be {"spec": {...}, "reason": "..."}', param="spec")
     spec = _parse_spec(body["spec"], frozenset(state.gateway.backends), state.variant_aliases)
@@ -129,7 +132,7 @@ async def rollback_route(request: Request) -> Response:
     author = _principal(request, state, "operator")
     name = request.path_params["name"]
     expected = _if_match(request)
-    body = await _body(request)
+    body = await _body(request, state)
     to_version = body.get("to_version")
     # (true is no version; past 2**63 no store can hold one)
     if to_version is not None and (type(to_version) is not int or not 1 <= to_version < 2**63):

@@ -186,6 +186,9 @@ def test_bad_admin_requests_are_4xx(gateway: str) -> None:
     assert bad_match.status_code == 400
     assert httpx.get(f"{gateway}/admin/routes/missing", headers=admin()).status_code == 404
     assert httpx.get(f"{gateway}/admin/audit?limit=0", headers=admin()).status_code == 400
+    huge = httpx.put(url, json={"spec": SPLIT_70_30, "reason": "x" * 2_000_000}, headers=admin())
+    assert huge.status_code == 413 and huge.json()["error"]["type"] == "invalid_request_error"
+    assert httpx.get(url, headers=admin()).json()["version"] == 1  # server.max_body_bytes, as /v1's
 
 
 def test_history_rollback_and_audit(gateway: str) -> None:
