@@ -50,18 +50,21 @@ class Access:
         self.keyring = KeyRing(records, bootstrap_admin_token=self._bootstrap)
 
     async def client(self, authorization: str | None, api_key_header: str | None = None) -> Principal:
-        presented = parse_bearer(authorization) or api_key_header or None
-        principal = self.keyring.lookup(presented) if presented else None
+        sent = [key for key in (parse_bearer(authorization), api_key_header) if key]
+        principal = next((p for key in sent if (p := self.keyring.lookup(key)) is not None), None)
+        # A key of Turnout's own shape anywhere, in either header or under another scheme
+        # ("Basic sk-turnout-…", a bare key), is never taken as anonymous: it loses its limits.
+        raw = authorization.split()[-1] if authorization and authorization.split() else None
         principal = authorize_client(
             principal,
             anonymous_allowed=self._settings.anonymous_clients,
-            presented=presented is not None,
+            presented=bool(sent),
             authorization=authorization,
-            issued_shape=principal is None and looks_issued(presented),
+            issued_shape=principal is None and any(looks_issued(key) for key in (*sent, raw)),
         )
         if principal.rpm is None and principal.tpm is None:
             return principal
-        wait = await self.limiter.admit(principal.name, principal.rpm, principal.tpm)
+        wait = await self.limiter.admit(principal.limit_key, principal.rpm, principal.tpm)
         if wait is not None:
             self._metrics.rate_limited.labels(principal.name).inc()
             raise RateLimited(
@@ -73,7 +76,7 @@ class Access:
 
     def charge(self, principal: Principal, tokens: int) -> None:
         if principal.tpm is not None and principal is not ANONYMOUS:
-            self.limiter.charge(principal.name, tokens, principal.tpm)
+            self.limiter.charge(principal.limit_key, tokens, principal.tpm)
 
     def admin(self, authorization: str | None, needed: Role) -> Principal:
         token = parse_bearer(authorization)

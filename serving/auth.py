@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, get_args
 
 from serving.errors import Forbidden, Unauthorized
@@ -38,6 +38,13 @@ class Principal:
     role: Role
     rpm: int | None = None
     tpm: int | None = None
+    # Whose token buckets it draws on: this key's own (from its hash), not its name's, which a key
+    # created after one is revoked may take again and would inherit an emptied bucket with.
+    bucket: str = field(default="", compare=False)
+
+    @property
+    def limit_key(self) -> str:
+        return self.bucket or self.name
 
 
 ANONYMOUS = Principal(name="anonymous", role="client")
@@ -101,7 +108,7 @@ class KeyRing:
             if record.revoked_at is not None or not is_role(record.role):
                 continue
             role = cast(Role, record.role)
-            principal = Principal(record.name, role, record.rpm, record.tpm)
+            principal = Principal(record.name, role, record.rpm, record.tpm, bucket=record.key_hash[:16])
             self._by_hash[record.key_hash] = (record.key_hash, principal)
         if bootstrap_admin_token:
             digest = hash_key(bootstrap_admin_token)
@@ -169,6 +176,10 @@ def authorize_client(
         raise Unauthorized("Incorrect API key provided", code="invalid_api_key")
     how = "send it as 'Authorization: Bearer <key>' (or in an 'api-key' header)"
     scheme = authorization.strip().partition(" ")[0] if authorization and authorization.strip() else None
+    if scheme and looks_issued(scheme):  # the key itself, with no scheme before it
+        raise Unauthorized(
+            f"The Authorization header holds a key without its scheme; {how}", code="invalid_api_key"
+        )
     if scheme and scheme.lower() != "bearer":
         raise Unauthorized(
             f"You didn't provide an API key: the Authorization header's scheme is '{scheme[:20]}', "

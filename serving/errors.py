@@ -7,6 +7,7 @@ one handler in ``serving.api.errors`` renders them as the OpenAI error body
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -90,7 +91,9 @@ class Overloaded(ClientError):
     default_code = "queue_full"
 
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
-        seconds = max(1, round(retry_after))
+        # Up, not to the nearest: a client that waits exactly this long must find room (18.4 s
+        # said as 18 came back to another 429).
+        seconds = max(1, math.ceil(retry_after))
         super().__init__(message, headers={"retry-after": str(seconds)})
 
 

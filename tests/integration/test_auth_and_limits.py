@@ -109,6 +109,20 @@ def test_requests_per_minute_answer_429_with_retry_after(setup: tuple[Launched, 
     eventually(lambda: _with_key(gateway.url, other).status_code == 200, timeout=2)
 
 
+def test_a_key_made_again_under_a_revoked_ones_name_starts_with_a_full_bucket(
+    setup: tuple[Launched, Path],
+) -> None:
+    gateway, config = setup
+    first = _create(config, "reborn", "--rpm", "2")
+    eventually(lambda: _with_key(gateway.url, first).status_code == 200, timeout=2)
+    assert [_with_key(gateway.url, first).status_code for _ in range(2)] == [200, 429]
+    assert turnout("keys", "revoke", "reborn", "--config", str(config)).returncode == 0
+    second = _create(config, "reborn", "--rpm", "2")
+    eventually(lambda: _with_key(gateway.url, second).status_code != 401, timeout=2)
+    # The eventually() above spent one of its two; the bucket was its own, not the revoked key's.
+    assert _with_key(gateway.url, second).status_code == 200
+
+
 def test_tokens_per_minute_are_charged_after_each_answer(setup: tuple[Launched, Path]) -> None:
     gateway, config = setup
     key = _create(config, "token-limited", "--tpm", "20")

@@ -258,6 +258,11 @@ def test_a_batch_whose_one_prompt_fails_is_counted_once_not_as_hang_ups(gateway_
         ({"authorization": "Bearer anything"}, 200),  # the openai SDK needs some api_key: anonymous
         ({"authorization": "Bearer sk-turnout-mistyped"}, 401),  # a key of ours, unknown or revoked
         ({"api-key": "tadm-not-a-token"}, 401),
+        # Ours under another scheme, bare, or beside a Bearer the SDK filled in: not anonymous.
+        ({"authorization": "Basic sk-turnout-abc"}, 401),
+        ({"authorization": "Token sk-turnout-abc"}, 401),
+        ({"authorization": "sk-turnout-abc"}, 401),
+        ({"authorization": "Bearer anything", "api-key": "sk-turnout-revoked"}, 401),
     ],
 )
 def test_with_anonymous_clients_an_unknown_key_of_ours_is_still_refused(

@@ -18,7 +18,7 @@ from serving.auth import (
     looks_issued,
     new_key,
 )
-from serving.errors import Forbidden, Unauthorized
+from serving.errors import Forbidden, Overloaded, Unauthorized
 
 
 @dataclass(frozen=True)
@@ -132,3 +132,28 @@ def test_client_api() -> None:
     assert basic.value.code == "invalid_api_key" and basic.value.status == 401
     with pytest.raises(Unauthorized, match="didn't provide an API key; send"):  # "Bearer" and nothing else
         authorize_client(None, anonymous_allowed=False, presented=False, authorization="Bearer ")
+
+
+def test_retry_after_rounds_up_so_waiting_it_out_finds_room() -> None:
+    assert [Overloaded("full", retry_after=s).headers["retry-after"] for s in (0.2, 1.0, 18.4, 18.6)] == [
+        "1", "1", "19", "19",
+    ]  # fmt: skip
+
+
+def test_each_key_draws_on_its_own_bucket_not_its_names() -> None:
+    """A key created under a revoked key's name must not inherit that key's emptied bucket."""
+
+    @dataclass
+    class Record:
+        name: str
+        role: str
+        key_hash: str
+        revoked_at: object = None
+        rpm: int | None = 2
+        tpm: int | None = None
+
+    old, new = hash_key("sk-turnout-old"), hash_key("sk-turnout-new")
+    ring = KeyRing([Record("app", "client", old, revoked_at=1), Record("app", "client", new)])
+    assert ring.lookup("sk-turnout-old") is None
+    principal = ring.lookup("sk-turnout-new")
+    assert principal is not None and principal.name == "app" and principal.limit_key == new[:16]
