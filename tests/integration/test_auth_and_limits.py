@@ -57,6 +57,13 @@ def _create(config: Path, name: str, *extra: str) -> str:
     return key
 
 
+def _live(gateway: Launched, config: Path, name: str, *extra: str) -> str:
+    """A key created and answering (200) on the gateway: one request spent."""
+    key = _create(config, name, *extra)
+    eventually(lambda: _with_key(gateway.url, key).status_code == 200, timeout=2)
+    return key
+
+
 def _with_key(base: str, key: str | None, **body: object) -> httpx.Response:
     headers = {"authorization": f"Bearer {key}"} if key else {}
     payload = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], **body}
@@ -97,24 +104,21 @@ def test_a_created_key_works_with_the_openai_client_and_stops_when_revoked(
 
 def test_requests_per_minute_answer_429_with_retry_after(setup: tuple[Launched, Path]) -> None:
     gateway, config = setup
-    key = _create(config, "limited", "--rpm", "3")
-    eventually(lambda: _with_key(gateway.url, key).status_code == 200, timeout=2)
+    key = _live(gateway, config, "limited", "--rpm", "3")
     statuses = [_with_key(gateway.url, key).status_code for _ in range(3)]
     assert statuses == [200, 200, 429]  # 3 per minute: the one in eventually() was the first
     refused = _with_key(gateway.url, key)
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
     assert refused.json()["error"]["type"] == "rate_limit_error"
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
-    other = _create(config, "unlimited")
-    eventually(lambda: _with_key(gateway.url, other).status_code == 200, timeout=2)
+    _live(gateway, config, "unlimited")
 
 
 def test_a_key_made_again_under_a_revoked_ones_name_starts_with_a_full_bucket(
     setup: tuple[Launched, Path],
 ) -> None:
     gateway, config = setup
-    first = _create(config, "reborn", "--rpm", "2")
-    eventually(lambda: _with_key(gateway.url, first).status_code == 200, timeout=2)
+    first = _live(gateway, config, "reborn", "--rpm", "2")
     assert [_with_key(gateway.url, first).status_code for _ in range(2)] == [200, 429]
     assert turnout("keys", "revoke", "reborn", "--config", str(config)).returncode == 0
     second = _create(config, "reborn", "--rpm", "2")
@@ -169,8 +173,7 @@ def test_admin_tokens_also_call_the_client_api_and_basic_auth_is_told_to_use_bea
 ) -> None:
     """As LiteLLM's master key does (README, Keys and limits)."""
     gateway, config = setup
-    viewer = _create(config, "dashboards", "--role", "viewer")
-    eventually(lambda: _with_key(gateway.url, viewer).status_code == 200, timeout=2)
+    _live(gateway, config, "dashboards", "--role", "viewer")
     assert _with_key(gateway.url, ADMIN_TOKEN).status_code == 200  # the environment's admin token
     basic = httpx.post(
         f"{gateway.url}/v1/chat/completions",
