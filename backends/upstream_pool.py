@@ -30,6 +30,9 @@ from urllib.parse import urlsplit
 import httptools
 
 _HIGH_WATER = 256 * 1024  # buffered body bytes before the socket stops being read
+# A whole (non-streamed) answer read into memory: a vLLM answer with logprobs runs to megabytes;
+# one past this is no answer a gateway should hold.
+MAX_BODY_BYTES = 64 * 1024 * 1024
 _LOW_WATER = 64 * 1024
 
 
@@ -232,13 +235,23 @@ class UpstreamResponse:
         self.headers = conn.headers
 
     async def read(self) -> bytes:
-        """The whole body."""
+        """The whole body, taken as it arrives: past the buffer's high-water mark the socket is
+        paused until the buffer is taken, so waiting for the end alone would never see it."""
         conn = self._live()
-        while not conn.complete:
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            if conn.body:
+                parts.append(conn.take())
+                size += len(parts[-1])
+                if size > MAX_BODY_BYTES:
+                    conn.close()
+                    raise ProtocolError(f"the upstream's answer is larger than {MAX_BODY_BYTES} bytes")
+            if conn.complete:
+                return parts[0] if len(parts) == 1 else b"".join(parts)
             if conn.error is not None:
                 raise conn.error
             await conn.wait(self._read_timeout)
-        return conn.take() if conn.body else b""
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive (chunk boundaries are the network's, not the upstream's)."""

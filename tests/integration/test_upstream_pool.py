@@ -217,6 +217,35 @@ async def test_a_slow_reader_holds_the_upstream_back_and_still_gets_every_byte()
     assert len(body) == size and body[:512] == bytes(range(256)) * 2
 
 
+async def test_a_whole_answer_larger_than_the_read_buffer_is_read_to_its_end() -> None:
+    """Past 256 KiB buffered the socket pauses until the buffer is taken; read() used to only
+    wait for the end, so any non-streamed answer over that (a vLLM one with logprobs) hung to the
+    read timeout. Both framings, each answered twice on one connection."""
+    big = bytes(range(256)) * 12_000  # ~3 MB
+
+    async def framed(up: Upstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            body = await up.read_request(reader)
+            if body == b"chunked":
+                pieces = [big[i : i + 100_000] for i in range(0, len(big), 100_000)]
+                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                writer.write(b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n")
+            else:
+                writer.write(ok(big))
+            await writer.drain()
+
+    async with upstream(framed) as up:
+        pool = pool_for(up.port, read_timeout=2.0)
+        try:
+            for framing in (b"length", b"chunked", b"length"):
+                resp = await pool.send("POST", "/", framing)
+                assert await asyncio.wait_for(resp.read(), LIMIT) == big
+                resp.release()
+            assert up.connections == 1  # read to its end, each connection went back to the pool
+        finally:
+            await pool.close()
+
+
 async def test_an_abandoned_answer_closes_its_connection() -> None:
     async def endless(up: Upstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await up.read_request(reader)
