@@ -22,6 +22,10 @@ server's default script. A script is comma-separated directives::
     error_event=<n>    streaming: n chunks, then an in-stream ``{"error": ...}`` event
     drop               close the connection without answering
     close              answer, then close the connection (as an idle timeout would)
+    usage_every        streaming: every chunk carries the usage so far (vLLM's
+                       ``continuous_usage_stats``)
+    bad_content        well-formed JSON whose content is a number, not text (the second
+                       chunk of a stream)
 
 "refuse" is simply a port where nothing listens. ``GET /stats`` counts requests and
 connections (``POST /stats/reset`` zeroes them); ``GET /health`` answers 200. ``GET /metrics``

@@ -238,10 +238,11 @@ class FaultConnection(asyncio.Protocol):
         pieces, finish = self._reply_pieces(req, payload, script)
         text = "".join(pieces)
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+        content: Any = 123 if script.bad_content else text
         if chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = {"role": "assistant", "content": content}
         else:
-            choice["text"] = text
+            choice["text"] = content
         body = orjson.dumps(
             {
                 "id": "chatcmpl-fault" if chat else "cmpl-fault",
@@ -279,13 +280,17 @@ class FaultConnection(asyncio.Protocol):
             "model": model,
         }
 
-        def event(piece: str | None, reason: str | None) -> bytes:
+        def event(piece: str | None, reason: str | None, sent: int = 0) -> bytes:
+            content: Any = 123 if script.bad_content and sent == 2 else piece
             if chat:
-                delta = {"role": "assistant", "content": ""} if piece is None else {"content": piece}
+                delta = {"role": "assistant", "content": ""} if piece is None else {"content": content}
                 choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
             else:
-                choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": reason}
-            return _chunk(orjson.dumps({**base, "choices": [choice]}))
+                choice = {"index": 0, "text": content or "", "logprobs": None, "finish_reason": reason}
+            chunk: dict[str, Any] = {**base, "choices": [choice]}
+            if script.usage_every:
+                chunk["usage"] = self._usage(req, sent)
+            return _chunk(orjson.dumps(chunk))
 
         self._write(_SSE_HEAD + (event(None, None) if chat else b""))
         last = len(pieces) - 1
@@ -296,7 +301,7 @@ class FaultConnection(asyncio.Protocol):
                 await asyncio.sleep(script.stall_ms / 1000)
             elif i and script.slow_chunks_ms:
                 await asyncio.sleep(script.slow_chunks_ms / 1000)
-            self._write(event(piece, finish if i == last else None))
+            self._write(event(piece, finish if i == last else None, i + 1))
         else:
             tail = (
                 _chunk(orjson.dumps({**base, "choices": [], "usage": self._usage(req, len(pieces))}))

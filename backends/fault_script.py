@@ -32,6 +32,8 @@ class Script:
     error_event: int = -1
     drop: bool = False
     close: bool = False
+    usage_every: bool = False
+    bad_content: bool = False
 
     @property
     def instant(self) -> bool:
@@ -41,7 +43,7 @@ class Script:
 
 _FLOAT_KEYS = {"latency": "latency_ms", "stall": "stall_ms", "slow_chunks": "slow_chunks_ms"}
 _INT_KEYS = {"error": "error", "retry_after": "retry_after", "cut": "cut", "error_event": "error_event"}
-_FLAGS = {"echo", "corrupt", "drop", "close"}
+_FLAGS = {"echo", "corrupt", "drop", "close", "usage_every", "bad_content"}
 _script_cache: dict[str, Script] = {}
 
 

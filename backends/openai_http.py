@@ -344,7 +344,7 @@ class OpenAIHttpBackend:
             data = orjson.loads(content)
             choice = data["choices"][0]
             chat = request.kind == "chat"
-            text = (choice["message"].get("content") if chat else choice["text"]) or ""
+            text = _text(choice["message"].get("content") if chat else choice["text"])
             usage = _usage(data.get("usage")) or Usage()
             finish = choice.get("finish_reason") or "stop"
             extra = message_extra(choice["message"]) if chat else None
@@ -368,6 +368,7 @@ class OpenAIHttpBackend:
         """Parse SSE from the raw byte stream; hold the finish chunk back to fold usage into it."""
         buf = b""
         last: Chunk | None = None  # the chunk that carried finish_reason, not yet yielded
+        running: Usage | None = None  # an upstream that reports usage on every chunk: the latest
         async for raw in body:
             buf = buf + raw if buf else raw
             if b"\r" in buf:
@@ -397,9 +398,14 @@ class OpenAIHttpBackend:
                         last.extra = {**(last.extra or {}), **chunk.extra}
                     if chunk.stop_reason is not None:
                         last.stop_reason = chunk.stop_reason
-                elif chunk.finish_reason is not None or chunk.usage is not None:
+                elif chunk.finish_reason is not None or (chunk.usage is not None and _bare(chunk)):
                     last = chunk
+                    last.usage = last.usage or running
                 else:
+                    # Text with usage and no finish: vLLM's continuous_usage_stats. Held back as
+                    # the finish, it held the whole answer back to the end; it goes on now, and
+                    # its usage is the finish's if no later one comes.
+                    running, chunk.usage = chunk.usage or running, None
                     yield chunk
         if last is not None and last.finish_reason is not None:  # clean end without [DONE]
             yield last
@@ -417,16 +423,30 @@ class OpenAIHttpBackend:
             if not choices:
                 return Chunk(usage=usage) if usage is not None else None
             choice = choices[0]
-            text = (choice["delta"].get("content") if chat else choice.get("text")) or ""
+            text = _text(choice["delta"].get("content") if chat else choice.get("text"))
             finish = choice.get("finish_reason")
             logprobs = choice.get("logprobs")  # passed on as the upstream shaped it
             extra = message_extra(choice["delta"]) if chat else None
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
-        if not text and finish is None and usage is None and not logprobs and extra is None:
-            return None  # role-only or empty delta: nothing to pass on
+        if not text and finish is None and not logprobs and extra is None:
+            return None  # role-only or empty delta (a running usage on it is not the answer's)
         logprobs = logprobs if isinstance(logprobs, dict) else None
         return Chunk(text, finish, usage, logprobs, extra, _stop_reason(choice))
+
+
+def _bare(chunk: Chunk) -> bool:
+    """A chunk with nothing for the client but its usage (the stream's last, usually)."""
+    return not chunk.text and chunk.extra is None and chunk.logprobs is None
+
+
+def _text(content: Any) -> str:
+    """A choice's text: a string or null; anything else is a malformed answer (a 502)."""
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise TypeError(f"the answer's content is a {type(content).__name__}, not text")
+    return content
 
 
 def _stop_reason(choice: dict[str, Any]) -> str | int | None:

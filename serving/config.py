@@ -117,6 +117,15 @@ class BreakerConfig(BaseModel):
     cooldown_s: Annotated[float, Field(gt=0)] = 10.0
     half_open_probes: Annotated[int, Field(ge=1)] = 1
 
+    @model_validator(mode="after")
+    def _rate_can_trip(self) -> BreakerConfig:
+        if self.min_requests > self.window:  # the window never holds that many: the rate never trips
+            raise ValueError(
+                f"min_requests {self.min_requests} exceeds window {self.window}: the breaker keeps the "
+                f"last {self.window} outcomes, so its error rate could never trip"
+            )
+        return self
+
 
 class CanarySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

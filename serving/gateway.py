@@ -243,10 +243,7 @@ class Gateway:
                     not_again.add(variant)
                 else:
                     self._breaker_record(variant, False)
-                self._sample(routed, variant, exc.status, attempt_started, None)
-                self.metrics.attempts_failed.labels(routed.route.name, variant, str(exc.status)).inc()
-                failed.append(f"{variant} {exc.status}")
-                last_error = exc
+                last_error = self._attempt_failed(routed, variant, exc, attempt_started, failed)
                 continue
             except TurnoutError as exc:  # the request is at fault, not the backend: no retry
                 self._breaker_record(variant, True)
@@ -257,6 +254,14 @@ class Gateway:
                 if exc.args != (SIBLING_FAILED,):  # not counted: its request's failure already is
                     self._observe(routed, variant, endpoint, 499, (started, attempt_started), None)
                 raise
+            except Exception as exc:  # an adapter bug or an answer it did not foresee: a bad gateway
+                # (unhandled, it was a 500 with no fallback tried, and a half-open breaker's probe
+                # slot was never freed: the variant stayed refused for good)
+                log.exception("variant %s failed unexpectedly", variant)
+                self._breaker_record(variant, False)
+                error = BackendError(f"variant '{variant}' failed: {type(exc).__name__}: {exc}")
+                last_error = self._attempt_failed(routed, variant, error, attempt_started, failed)
+                continue
             self._breaker_record(variant, True)
             return variant, result, attempt_started
         if last_error is None:
@@ -271,6 +276,15 @@ class Gateway:
         series.requests(last_error.status).inc()
         series.latency.observe(self._clock() - started)  # failures too: the slowest are often here
         raise last_error
+
+    def _attempt_failed(
+        self, routed: Routed, variant: str, error: TurnoutError, attempt_started: float, failed: list[str]
+    ) -> TurnoutError:
+        """Count one failed attempt (the next candidate is tried); returns ``error``."""
+        self._sample(routed, variant, error.status, attempt_started, None)
+        self.metrics.attempts_failed.labels(routed.route.name, variant, str(error.status)).inc()
+        failed.append(f"{variant} {error.status}")
+        return error
 
     async def _observed_stream(
         self,
@@ -302,6 +316,11 @@ class Gateway:
             status = exc.status
             self._breaker_record(variant, not isinstance(exc, BackendError))
             raise
+        except Exception as exc:  # an adapter bug mid-stream: the client gets an error event (a bad gateway)
+            log.exception("variant %s failed unexpectedly mid-stream", variant)
+            status = 502
+            self._breaker_record(variant, False)
+            raise BackendError(f"variant '{variant}' failed mid-stream: {type(exc).__name__}: {exc}") from exc
         except BaseException:
             status = 499  # client went away (cancelled) or the stream was closed early
             raise

@@ -42,6 +42,7 @@ def servers() -> Iterator[dict[str, FaultServer]]:
         FaultServer(default="error=401") as wrong_key,
         FaultServer(default="error=404") as wrong_model,
         FaultServer(default="latency=500") as slow,
+        FaultServer(default="bad_content") as bad_content,
     ):
         yield {
             "flaky": flaky,
@@ -57,6 +58,7 @@ def servers() -> Iterator[dict[str, FaultServer]]:
             "wrong_key": wrong_key,
             "wrong_model": wrong_model,
             "slow": slow,
+            "bad_content": bad_content,
         }
 
 
@@ -96,6 +98,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, servers: dict[str, FaultSe
         "wrong-key": route("wrong_key", retries=2),
         "wrong-model": route("wrong_model", fallbacks=["good"]),
         "slow": route("slow"),
+        "bad-content": route("bad_content", fallbacks=["good"]),
     }
     breaker = {"consecutive_failures": 3, "cooldown_s": 1.0}
     config = write_config(
@@ -279,6 +282,18 @@ def test_a_failure_after_the_first_byte_ends_the_stream_with_an_error_event(
     assert counted == len(said)
     assert took < 4.0  # the 5 s stall ends at the 1 s read timeout, never a hang
     assert servers["good"].stats()["requests"] == before  # no fallback once bytes reached the client
+
+
+def test_an_answer_whose_content_is_no_text_is_a_bad_gateway_and_falls_back(gateway: Launched) -> None:
+    """``"content": 123`` used to reach the client as given, and mid-stream raise a TypeError
+    the gateway did not catch (a 500, no fallback)."""
+    whole = chat(gateway.url, "bad-content")
+    assert whole.status_code == 200 and _text(whole.text, False) == "good answer"
+    assert whole.headers["x-turnout-variant"] == "good"
+    streamed = chat(gateway.url, "bad-content", stream=True)
+    events = _events(streamed.text)
+    assert streamed.status_code == 200 and streamed.headers["x-turnout-variant"] == "bad_content"
+    assert events[-2]["error"]["type"] == "upstream_error" and events[-1] == "[DONE]"
 
 
 def test_a_full_connection_pool_is_a_429_and_not_the_upstreams_failure(gateway: Launched) -> None:

@@ -140,6 +140,28 @@ async def test_stream_is_not_buffered(fault_server: FaultServer) -> None:
         assert arrivals[-1] - arrivals[0] > 0.3  # chunks reached us as they were sent
 
 
+@pytest.mark.parametrize("make", [chat, completion])
+async def test_usage_on_every_chunk_does_not_hold_the_stream_back(
+    fault_server: FaultServer, make: Any
+) -> None:
+    """vLLM's continuous_usage_stats put usage on each chunk; each was taken for the finish, and
+    everything after it was held back with it: the whole answer came at the end, as one chunk."""
+    async with backend_for(fault_server.base_url) as backend:
+        arrivals: list[tuple[float, Chunk]] = []
+
+        async def timed() -> None:
+            async for chunk in backend.stream(make("usage_every,slow_chunks=60")):
+                arrivals.append((time.perf_counter(), chunk))
+
+        await asyncio.wait_for(timed(), LIMIT)
+        chunks = [chunk for _, chunk in arrivals]
+        assert [c.text for c in chunks] == split_reply(DEFAULT_REPLY, 8)
+        assert arrivals[-1][0] - arrivals[0][0] > 0.3  # as they were sent
+        assert all(c.usage is None for c in chunks[:-1])
+        usage = chunks[-1].usage  # the finish chunk's own running usage: the whole answer's
+        assert chunks[-1].finish_reason == "stop" and usage is not None and usage.completion_tokens == 8
+
+
 async def test_passthrough_of_fields_and_headers(fault_server: FaultServer) -> None:
     async with backend_for(fault_server.base_url, api_key="sk-test") as backend:
         request = chat(
@@ -296,7 +318,8 @@ async def test_read_timeout_is_backend_timeout(fault_server: FaultServer) -> Non
 
 
 @pytest.mark.parametrize(
-    ("fault", "before"), [("cut=3", 3), ("corrupt", 1), ("error_event=2", 2), ("cut=0", 0)]
+    ("fault", "before"),
+    [("cut=3", 3), ("corrupt", 1), ("error_event=2", 2), ("cut=0", 0), ("bad_content", 1)],
 )
 async def test_mid_stream_failure_raises_from_iterator(
     fault_server: FaultServer, fault: str, before: int
@@ -309,7 +332,7 @@ async def test_mid_stream_failure_raises_from_iterator(
         assert [c.text for c in received] == split_reply(DEFAULT_REPLY, 8)[:before]
 
 
-@pytest.mark.parametrize("fault", ["corrupt", "drop"])
+@pytest.mark.parametrize("fault", ["corrupt", "drop", "bad_content"])
 async def test_malformed_or_dropped_answer_is_backend_error(fault_server: FaultServer, fault: str) -> None:
     async with backend_for(fault_server.base_url) as backend:
         with pytest.raises(BackendError) as info:
