@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from serving import cli_backends, cli_keys, cli_routes
-from serving.cli_types import tcp_port
+from serving.cli_types import LOG_LEVELS, tcp_port
 from serving.errors import ConfigError
 
 
@@ -99,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="gateway.yaml (default: the shipped model, all precisions)")
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=tcp_port, help="port (default 8000)")
-    serve.add_argument("--log-level", help="uvicorn log level (default from config: info)")
+    serve.add_argument(
+        "--log-level", choices=LOG_LEVELS, help="uvicorn log level (default from config: info)"
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument(
         "--ray", action="store_true", help="run as a Ray Serve application (needs turnout[ray])"

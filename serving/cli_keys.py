@@ -134,7 +134,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from serving.store import RouteStore
 
-    store = RouteStore(url)
+    try:
+        store = RouteStore(url)
+    except ConfigError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 2
     try:
         return _execute(store, args)
     except TurnoutError as exc:

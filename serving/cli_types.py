@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import re
 
+# uvicorn's log levels (``serving.config.LogLevel`` is the same list, for the config file).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
 
 def tcp_port(text: str) -> int:
     """A TCP port, 0–65535 (0: any free port, where the server allows it)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
@@ -34,6 +34,10 @@ from serving.spec_variants import SpecVariant, spec_aliases
 DEFAULT_MODEL = "turnout-tiny"
 
 
+# uvicorn's (serving.cli_types.LOG_LEVELS, the same list, for --log-level)
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+
+
 class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -47,7 +51,7 @@ class ServerSettings(BaseModel):
     header_timeout_s: Annotated[float, Field(gt=0)] = 30.0
     body_timeout_s: Annotated[float, Field(gt=0)] = 60.0
     send_stall_timeout_s: Annotated[float, Field(gt=0)] = 300.0
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     # Origins whose browser pages may call the API (CORS; "*" = any). None by default: vLLM and
     # LiteLLM allow every origin out of the box, a gateway holding API keys waits to be asked.
     cors_allow_origins: tuple[str, ...] = ()

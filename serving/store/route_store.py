@@ -18,12 +18,12 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
-from serving.errors import ClientError, Conflict
+from serving.errors import ClientError, ConfigError, Conflict
 from serving.routing.spec import RouteSpec
 from serving.store import audit_log, keys, versions
-from serving.store.engine import WRITE_OPTION, is_in_memory_sqlite, open_engine, sqlite_file
+from serving.store.engine import WRITE_OPTION, display_url, is_in_memory_sqlite, open_engine, sqlite_file
 from serving.store.marker_probe import MarkerProbe
 from serving.store.records import ApiKeyRecord, AuditEntry, RouteVersion
 from serving.store.tables import metadata
@@ -40,19 +40,33 @@ _RETRY_PAUSE_S = 0.01
 _NextSpec = Callable[[Connection, RouteVersion | None], tuple[RouteSpec, str]]
 
 
+def _shown(url: str) -> str:
+    try:
+        return display_url(url)
+    except SQLAlchemyError:  # not even a URL
+        return repr(url)
+
+
 class RouteStore:
     """Route versions + audit log + API keys behind one SQLAlchemy engine (thread-safe)."""
 
     def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
+        """Open (and create) the store; one that cannot be opened is a :class:`ConfigError`
+        naming it and why (no driver, no server there, a folder that cannot be written)."""
         self._clock = clock
-        self._engine = open_engine(url)
-        # In-memory SQLite is one shared connection: threads take turns so transactions never interleave.
-        self._turn: AbstractContextManager[Any] = (
-            threading.RLock() if is_in_memory_sqlite(url) else nullcontext()
-        )
-        self._create_tables()
-        database = sqlite_file(url)
-        self._probe = MarkerProbe(database) if database is not None else None
+        try:
+            # In-memory SQLite is one shared connection: threads take turns so transactions never
+            # interleave.
+            self._turn: AbstractContextManager[Any] = (
+                threading.RLock() if is_in_memory_sqlite(url) else nullcontext()
+            )
+            self._engine = open_engine(url)
+            self._create_tables()
+            database = sqlite_file(url)
+            self._probe = MarkerProbe(database) if database is not None else None
+        except (SQLAlchemyError, OSError) as exc:
+            reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            raise ConfigError(f"store.url {_shown(url)}: cannot open the store: {reason}") from None
 
     def close(self) -> None:
         if self._probe is not None:

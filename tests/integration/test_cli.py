@@ -72,3 +72,29 @@ def test_replica_counts_and_a_taken_port_are_refused_before_anything_starts() ->
         taken = serve("--ray", "--port", port)  # once a 40-line traceback from inside Ray
         assert taken.returncode == 1 and f"port {port} on 127.0.0.1 is already in use" in taken.stderr
         assert "Traceback" not in taken.stderr
+
+
+def test_a_store_that_cannot_be_opened_and_a_bad_log_level_are_messages_not_tracebacks(
+    tmp_path: Path,
+) -> None:
+    def turnout(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        import os
+
+        return subprocess.run([sys.executable, "-m", "serving.cli", *args], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, **(env or {})})  # fmt: skip
+
+    for store in ("garbage", "mysqlx://x/y", "sqlite:////proc/turnout-test/x.db"):
+        keys = turnout("keys", "list", "--store", store)
+        assert keys.returncode == 2 and "Traceback" not in keys.stderr, keys.stderr
+        assert "cannot open the store" in keys.stderr
+    served = turnout("serve", "--port", "0", env={"TURNOUT_STORE_URL": "sqlite:////proc/turnout-test/x.db"})
+    assert served.returncode == 2 and "Traceback" not in served.stderr, served.stderr[-2000:]
+    assert "store.url sqlite:////proc/turnout-test/x.db: cannot open the store" in served.stderr
+    loud = turnout("serve", "--log-level", "loud")
+    assert loud.returncode == 2 and "argument --log-level: invalid choice: 'loud'" in loud.stderr
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "server: {log_level: loud}\nvariants: {a: {kind: embedded}}\nroutes: {a: {targets: [{variant: a}]}}\n"
+    )
+    in_file = turnout("serve", "--config", str(config))
+    assert in_file.returncode == 2 and "server.log_level: Input should be 'critical'" in in_file.stderr
