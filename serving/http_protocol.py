@@ -226,6 +226,14 @@ class GuardedProtocol(HttpToolsProtocol):
             self._refused("send_stall")
             self.transport.abort()  # close() would wait for a buffer that never drains
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes that are no HTTP request (bad framing, a bad method or
+        Content-Length), in the OpenAI error shape as every other refusal here, not plain text."""
+        self._refused("malformed_request")
+        message = f"{msg.rstrip('.')}: the bytes sent are not a well-formed HTTP/1.1 request"
+        self.transport.write(early_response(400, "Bad Request", message, "invalid_http_request"))
+        self.transport.close()
+
     def _refused(self, reason: str) -> None:
         if self.refusals is not None:
             self.refusals.count_connection_refusal(reason)

@@ -164,13 +164,15 @@ class _ReplicaCollector(Collector):
 
 # Why serving.http_protocol ended a connection: a head past max_header_bytes (431), a head still
 # incomplete at header_timeout_s (408), a connection that sent nothing by then (closed), a body
-# idle for body_timeout_s (408), an answer unread for send_stall_timeout_s (dropped).
+# idle for body_timeout_s (408), an answer unread for send_stall_timeout_s (dropped), bytes that
+# are no HTTP request (400: bad framing, an invalid method or Content-Length).
 CONNECTION_REFUSAL_REASONS = (
     "head_too_large",
     "head_timeout",
     "silent_connection",
     "body_timeout",
     "send_stall",
+    "malformed_request",
 )
 
 

@@ -214,3 +214,29 @@ def test_a_client_that_stops_reading_its_answer_is_dropped(gateway: Launched) ->
     assert received.startswith(b"HTTP/1.1 200 ") and b"data: [DONE]" not in received
     assert _refusals(gateway, "send_stall") == stalls + 1
     assert chat(gateway.url).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+        b"G@T / HTTP/1.1\r\nhost: x\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS hello to the plain-HTTP port
+    ],
+)
+def test_bytes_that_are_no_http_request_get_a_400_in_the_openai_shape(
+    gateway: Launched, garbage: bytes
+) -> None:
+    """uvicorn's own answer was plain text ("Invalid HTTP request received.")."""
+    before = _refusals(gateway, "malformed_request")
+    with _connect(gateway) as sock:
+        sock.sendall(garbage)
+        answer = _read_all(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head
+    error = orjson.loads(body)["error"]
+    assert error["code"] == "invalid_http_request" and error["type"] == "invalid_request_error"
+    assert "not a well-formed HTTP/1.1 request" in error["message"]
+    assert _refusals(gateway, "malformed_request") == before + 1
+    assert chat(gateway.url).status_code == 200
