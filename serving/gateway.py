@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -265,9 +266,12 @@ class Gateway:
             self._breaker_record(variant, True)
             return variant, result, attempt_started
         if last_error is None:
+            now = self._clock()
+            wait = min(self.breakers[variant].retry_in(now) for variant in skipped)
             last_error = BackendUnavailable(
                 f"no variant of '{routed.route.name}' is available: circuit open for {', '.join(skipped)}",
                 code="circuit_open",
+                headers={"retry-after": str(max(1, math.ceil(wait)))},  # when the first may take one
             )
         elif len(failed) > 1 or skipped:  # the client sees the last error; say what came before it
             circuit = f"; circuit open: {', '.join(skipped)}" if skipped else ""

@@ -105,6 +105,16 @@ class CircuitBreaker:
         elif seen >= settings.min_requests and failures / seen >= settings.error_rate:
             self._open(now, f"error rate {failures / seen:.0%} over last {seen}")
 
+    def retry_in(self, now: float) -> float:
+        """Seconds until an attempt may go again: the rest of an open breaker's cooldown; while
+        half-open with its probes taken, one second (the probe's own answer decides); else 0."""
+        state = self.state(now)
+        if state == "open":
+            return self._settings.cooldown_s - (now - self._opened_at)
+        if state == "half_open" and self._probes_in_flight >= self._settings.half_open_probes:
+            return 1.0
+        return 0.0
+
     def release(self, now: float) -> None:
         """An allowed attempt ended with no outcome to count (cancelled): free its probe slot, if any."""
         if self.state(now) == "half_open" and self._probes_in_flight > 0:

@@ -180,6 +180,9 @@ def test_when_every_attempt_fails_the_error_names_them_all(gateway: Launched) ->
     for _ in range(3):  # flaky's circuit is open now (opened, or a half-open probe failed again)
         chat(gateway.url, "flaky-alone")
     assert metric_value(gateway.url, "turnout_circuit_open", variant="flaky") == 1
+    refused = chat(gateway.url, "flaky-alone")  # no attempt at all: says when one may go again
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "circuit_open"
+    assert refused.headers["retry-after"] == "1"  # the rest of the 1 s cooldown, rounded up
     reply = chat(gateway.url, "everything-fails")  # well within flaky's 1 s cooldown
     assert reply.status_code == 503 and reply.headers["retry-after"] == "5"  # the last attempt's
     message = reply.json()["error"]["message"]

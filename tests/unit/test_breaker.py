@@ -182,3 +182,14 @@ def test_full_cycle_counts_openings() -> None:
         breaker.record(True, now)
         assert breaker.state(now) == "closed"
     assert breaker.opened_count == 3
+
+
+def test_retry_in_is_the_rest_of_the_cooldown_then_the_probes() -> None:
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=1, cooldown_s=10.0))
+    assert breaker.retry_in(0.0) == 0.0
+    breaker.record(False, 5.0)  # opens at 5
+    assert breaker.retry_in(7.5) == 7.5
+    assert breaker.allow(15.0)  # half-open: the probe is taken
+    assert breaker.retry_in(15.0) == 1.0  # its answer decides
+    breaker.record(True, 15.2)
+    assert breaker.retry_in(15.2) == 0.0
