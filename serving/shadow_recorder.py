@@ -19,8 +19,13 @@ _TEXT_CAP = 2_000  # characters of each answer kept in a recent difference
 
 @dataclass(slots=True)
 class ShadowTally:
+    """One shadow's counts. ``compared``: copies settled against their primary, failures too;
+    ``answered``: those where both answered (200), which alone the quality figures average
+    over, so a shadow that errors shows as errors, not as a low similarity."""
+
     sent: int = 0
     compared: int = 0
+    answered: int = 0
     exact_matches: int = 0
     status_mismatches: int = 0
     errors: int = 0
@@ -33,14 +38,15 @@ class ShadowTally:
 
     def as_dict(self) -> dict[str, Any]:
         deltas = list(self.latency_deltas)
-        compared = self.compared or 1
+        answered = self.answered or 1
         return {
             "sent": self.sent,
             "compared": self.compared,
+            "answered": self.answered,
             "exact_matches": self.exact_matches,
-            "exact_match_rate": self.exact_matches / compared if self.compared else None,
-            "mean_similarity": self.similarity_sum / compared if self.compared else None,
-            "mean_length_ratio": self.length_ratio_sum / compared if self.compared else None,
+            "exact_match_rate": self.exact_matches / answered if self.answered else None,
+            "mean_similarity": self.similarity_sum / answered if self.answered else None,
+            "mean_length_ratio": self.length_ratio_sum / answered if self.answered else None,
             "status_mismatches": self.status_mismatches,
             "latency_delta_ms_p50": statistics.median(deltas) * 1000 if deltas else None,
             "latency_delta_ms_mean": statistics.fmean(deltas) * 1000 if deltas else None,
@@ -82,11 +88,13 @@ class ShadowRecorder:
     ) -> None:
         tally = self.tally(route, shadow)
         tally.compared += 1
-        tally.exact_matches += result.exact_match
         tally.status_mismatches += result.status_mismatch
-        tally.similarity_sum += result.similarity
-        tally.length_ratio_sum += result.length_ratio
-        tally.latency_deltas.append(result.latency_delta_s)
+        if primary.status == answer.status == 200:
+            tally.answered += 1
+            tally.exact_matches += result.exact_match
+            tally.similarity_sum += result.similarity
+            tally.length_ratio_sum += result.length_ratio
+            tally.latency_deltas.append(result.latency_delta_s)
         if result.differs and self._recent_cap:
             recent = self._recent.get(route)
             if recent is None:

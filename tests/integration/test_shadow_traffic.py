@@ -91,6 +91,9 @@ def test_a_dead_shadow_and_a_five_second_shadow_never_touch_the_primary(
         summary = _summary(gateway.url)
         down, slow = summary["shadows"]["down"], summary["shadows"]["slow"]
         assert down["errors"] == 4 and down["status_mismatches"] == 4
+        # failures are errors, not a similarity of 0 (nothing answered to compare)
+        assert down["answered"] == 0 and down["exact_match_rate"] is None and down["mean_similarity"] is None
+        assert down["latency_delta_ms_p50"] is None
         assert slow["exact_matches"] == 4 and slow["latency_delta_ms_p50"] > 4_000
         assert summary["in_flight"] == 0
         assert metric_value(gateway.url, "turnout_shadow_requests_total", shadow="down", outcome="error") == 4
