@@ -245,6 +245,11 @@ def _usage(data: Any) -> Usage | None:
     )
 
 
+# One SSE event's bytes held while waiting for its end: a token's event with 20 top logprobs is
+# a few KB; an upstream past this is not streaming SSE (memory would grow with it otherwise).
+MAX_SSE_EVENT_BYTES = 4 * 1024 * 1024
+
+
 class OpenAIHttpBackend:
     """One OpenAI-compatible upstream; one pooled client session per backend."""
 
@@ -407,6 +412,10 @@ class OpenAIHttpBackend:
                     # its usage is the finish's if no later one comes.
                     running, chunk.usage = chunk.usage or running, None
                     yield chunk
+            if len(buf) > MAX_SSE_EVENT_BYTES:  # no event boundary in sight: not an SSE stream
+                raise BackendError(
+                    f"upstream {self.name} sent over {MAX_SSE_EVENT_BYTES} bytes without ending an event"
+                )
         if last is not None and last.finish_reason is not None:  # clean end without [DONE]
             yield last
             return

@@ -425,6 +425,17 @@ async def test_sse_parser_handles_crlf_comments_multiline_data_and_split_reads(p
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 7
 
 
+async def test_an_sse_event_that_never_ends_is_a_bad_gateway_not_unbounded_memory() -> None:
+    from backends.openai_http import MAX_SSE_EVENT_BYTES
+
+    raw = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * (MAX_SSE_EVENT_BYTES + 1)
+    backend = OpenAIHttpBackend(
+        "stub", OpenAIHttpSettings.model_validate({"base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    )
+    with pytest.raises(BackendError, match="without ending an event"):
+        [c async for c in backend._events(_pieces(raw, 65_536), chat=True)]
+
+
 async def test_fault_server_as_a_process_with_a_default_script_and_the_header() -> None:
     with FaultServer(process=True, default="error=503") as server:
         async with backend_for(server.base_url) as backend:
