@@ -175,6 +175,9 @@ def create_app(
             await asyncio.gather(*(backend.close() for backend in backends.values()))
 
     app = GatewayApp(title="Turnout", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # A path with a stray "/" is a 404 in the OpenAI shape saying so, not Starlette's empty 307
+    # to a Location built from the Host header (which clients do not follow on POST anyway).
+    app.router.redirect_slashes = False
     app.hot_routes = {
         "/v1/chat/completions": openai_routes.chat_completions,
         "/v1/completions": openai_routes.completions,

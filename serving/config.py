@@ -95,7 +95,8 @@ class AuthSettings(BaseModel):
     # Serve clients without a known API key (unknown keys count as anonymous, except ones shaped
     # like Turnout's own: serving.auth.looks_issued). Off unless the
     # config says so; the built-in default config (``turnout serve`` with no file) says so.
-    anonymous_clients: bool = False
+    # Strict: a security switch takes true or false, not "yes", 1 or "on".
+    anonymous_clients: Annotated[bool, Field(strict=True)] = False
     # An environment variable whose value, when set, is accepted as an admin token.
     admin_token_env: str = "TURNOUT_ADMIN_TOKEN"
 

@@ -53,7 +53,10 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
     error_type = "invalid_request_error" if exc.status_code < 500 else "internal_error"
     message = str(exc.detail)
     if exc.status_code == 404:
-        message = f"Unknown path {request.url.path}"
+        path = request.url.path
+        message = f"Unknown path {path}"
+        if path.endswith("/") and path != "/":
+            message += f" (did you mean {path.rstrip('/')}?)"
     elif exc.status_code == 405:
         message = f"Method {request.method} is not allowed on {request.url.path}"
     return Response(

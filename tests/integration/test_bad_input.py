@@ -209,6 +209,14 @@ def test_unknown_paths_and_methods(gateway_url: str, method: str, path: str, sta
     assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
 
 
+def test_a_stray_trailing_slash_is_a_404_saying_so_not_a_redirect(gateway_url: str) -> None:
+    body = {"model": "turnout-tiny", "prompt": "1", "max_tokens": 1}
+    for method, path in (("POST", COMPLETIONS + "/"), ("GET", "/health/")):
+        reply = httpx.request(method, gateway_url + path, json=body if method == "POST" else None)
+        assert reply.status_code == 404, (path, reply.status_code)
+        assert reply.json()["error"]["message"] == f"Unknown path {path} (did you mean {path.rstrip('/')}?)"
+
+
 def test_chunked_body_over_the_limit_is_refused(gateway_url: str) -> None:
     """No content-length to refuse on: the body is counted as it arrives (1 MiB default limit)."""
 

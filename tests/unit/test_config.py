@@ -76,6 +76,7 @@ def test_default_config_serves_three_precisions() -> None:
             "routes.tiny.targets.1.weight: Input should be a finite number",
         ),
         (GOOD.replace("  tiny: {targets", "  tiny/history: {targets"), "ends in '/history'"),
+        (GOOD + 'auth: {anonymous_clients: "yes"}\n', "auth.anonymous_clients: Input should be a valid bool"),
         (GOOD + "breaker: {window: 5, min_requests: 10}\n", "breaker: min_requests 10 exceeds window 5"),
         (
             # The canary's split would replace this one: "remote" would silently lose its traffic.
