@@ -259,7 +259,10 @@ def describe_primaries(spec: RouteSpec) -> str:
     """``"a 70%, b 30%"``; with a canary running, its split and ``canary step i/n``."""
     primaries = spec.primaries()
     total = sum(t.weight for t in primaries)
-    text = ", ".join(f"{t.variant} {_percent(100.0 * t.weight / total)}" for t in primaries)
+    if math.isfinite(total):
+        text = ", ".join(f"{t.variant} {_percent(100.0 * t.weight / total)}" for t in primaries)
+    else:  # stored before weights had to sum to a finite number: show them as written
+        text = ", ".join(f"{t.variant} weight {t.weight:g}" for t in primaries)
     if spec.canary is not None:
         text += f" (canary step {spec.canary.step + 1}/{len(spec.canary.steps)})"
     return text

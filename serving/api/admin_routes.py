@@ -104,7 +104,7 @@ async def put_route(request: Request) -> Response:
     author = _principal(request, state, "operator")
     name = request.path_params["name"]
     problem = route_name_problem(name)
-    if problem:
+    if problem and name not in state.gateway.routes:  # one stored before the rule keeps its name
         raise Unprocessable(problem, param="name")
     expected = _if_match(request)
     body = await _body(request, state)

@@ -164,11 +164,8 @@ class RouteSpec(BaseModel):
         names = [t.variant for t in self.targets]
         if len(set(names)) != len(names):
             raise ValueError(f"a variant appears twice in targets: {names}")
-        total = sum(t.weight for t in self.targets)
-        if total <= 0:
+        if sum(t.weight for t in self.targets) <= 0:
             raise ValueError("target weights must sum to a positive number")
-        if not math.isfinite(total):  # each is finite, their sum may not be: every draw would land last
-            raise ValueError("target weights must sum to a finite number (they are relative: use small ones)")
         shadow_names = [s.variant for s in self.shadows]
         if len(set(shadow_names)) != len(shadow_names):
             raise ValueError(f"a variant appears twice in shadows: {shadow_names}")
@@ -182,19 +179,6 @@ class RouteSpec(BaseModel):
                 raise ValueError(f"canary.stable '{self.canary.stable}' must be one of the targets {names}")
             if self.canary.canary in shadow_names:
                 raise ValueError(f"canary '{self.canary.canary}' is also a shadow")
-            # The canary's own split replaces the targets': any other live target would lose its
-            # traffic, and a stable one at weight 0 would take over the route's.
-            live = live_targets(self)
-            if len(live) > 1:
-                raise ValueError(
-                    f"a canary moves traffic from one stable variant, but the targets split it "
-                    f"({describe_split(live)}): give the route one target"
-                )
-            if live[0].variant != self.canary.stable:
-                raise ValueError(
-                    f"canary.stable '{self.canary.stable}' takes no traffic (weight 0); the route's "
-                    f"traffic goes to '{live[0].variant}', which must be the canary's stable variant"
-                )
         return self
 
     def primaries(self) -> list[WeightedTarget]:
@@ -264,8 +248,28 @@ def describe_split(targets: list[WeightedTarget]) -> str:
 
 
 def problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list[str]:
-    """What is wrong with ``spec`` given the configured variants (empty when it can serve)."""
+    """What is wrong with ``spec`` given the configured variants (empty when it can serve).
+
+    Checked where a spec is written (a config file, the admin API, a rollback's target), not where
+    a stored one is read: the rules below came after versions that break them were stored, and
+    such a store must still open and serve as it did."""
     found: list[str] = []
+    if not math.isfinite(sum(t.weight for t in spec.targets)):  # each is finite; every draw would land last
+        found.append("targets: the weights must sum to a finite number (they are relative: use small ones)")
+    if spec.canary is not None:
+        # The canary's own split replaces the targets': any other live target would lose its
+        # traffic, and a stable one at weight 0 would take over the route's.
+        live = live_targets(spec)
+        if len(live) > 1:
+            found.append(
+                f"canary: a canary moves traffic from one stable variant, but the targets split it "
+                f"({describe_split(live)}): give the route one target"
+            )
+        elif live[0].variant != spec.canary.stable:
+            found.append(
+                f"canary.stable: '{spec.canary.stable}' takes no traffic (weight 0); the route's "
+                f"traffic goes to '{live[0].variant}', which must be the canary's stable variant"
+            )
     known = ", ".join(sorted(known_variants))
     for index, target in enumerate(spec.targets):
         if target.variant not in known_variants:

@@ -15,6 +15,7 @@ import pytest
 
 from backends.fault import FaultServer
 from serving.auth import hash_key, key_prefix, new_key
+from serving.routing.spec import RouteSpec
 from serving.store import RouteStore
 from tests.integration.control_plane import (
     admin,
@@ -144,7 +145,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
             "targets": [{"variant": "a", "weight": 70}, {"variant": "b", "weight": 30}],
             "canary": {"stable": "a", "canary": "b", "gates": [{"metric": "error_rate", "max": 0.1}]},
         },
-        "spec: a canary moves traffic from one stable variant, but the targets split it (a 70, b 30)",
+        "spec.canary: a canary moves traffic from one stable variant, but the targets split it (a 70, b 30)",
     ),
     (
         "canary from a target that takes no traffic",
@@ -152,12 +153,12 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
             "targets": [{"variant": "a", "weight": 0}, {"variant": "b", "weight": 1}],
             "canary": {"stable": "a", "canary": "c", "gates": [{"metric": "error_rate", "max": 0.1}]},
         },
-        "canary.stable 'a' takes no traffic (weight 0); the route's traffic goes to 'b'",
+        "spec.canary.stable: 'a' takes no traffic (weight 0); the route's traffic goes to 'b'",
     ),
     (
         "weights whose sum overflows",
         {"targets": [{"variant": "a", "weight": 1e308}, {"variant": "b", "weight": 1e308}]},
-        "target weights must sum to a finite number",
+        "spec.targets: the weights must sum to a finite number",
     ),
     ("negative weight", {"targets": [{"variant": "a", "weight": -1}]}, "spec.targets.0.weight"),
     ("unknown field", {"targets": [{"variant": "a"}], "weights": {}}, "spec.weights"),
@@ -250,6 +251,26 @@ def test_a_rollback_never_restores_a_version_this_gateway_cannot_serve(
         assert chat(launched.url).headers["x-turnout-route-version"] == "3"
         too_big = httpx.post(rollback, json={"to_version": 2**63}, headers=admin())
         assert too_big.status_code == 400 and too_big.json()["error"]["param"] == "to_version"
+
+
+def test_a_version_stored_before_todays_spec_rules_still_opens_serves_and_is_replaced(config: Path) -> None:
+    """An older release let a canary start from a weight-0 target; its stored version must not
+    stop a newer gateway from starting on that store (the rules apply to writes, not reads)."""
+    legacy = {
+        "targets": [{"variant": "a", "weight": 0}, {"variant": "b", "weight": 1}],
+        "canary": {"stable": "a", "canary": "b", "gates": [{"metric": "error_rate", "max": 0.1}]},
+    }
+    store = RouteStore(_store_url(config))
+    store.put("chat", RouteSpec.model_validate(legacy), expected_version=None, author="old", reason="")
+    store.close()
+    with running_gateway(config) as launched:
+        listed = httpx.get(f"{launched.url}/admin/routes", headers=admin())
+        assert listed.status_code == 200 and listed.json()["routes"][0]["spec"]["targets"][0]["weight"] == 0
+        assert chat(launched.url).status_code == 200
+        again = put_route(launched.url, "chat", legacy, version=1)
+        assert again.status_code == 422 and "takes no traffic" in again.json()["error"]["message"]
+        assert put_route(launched.url, "chat", {"targets": [{"variant": "b"}]}, version=1).status_code == 200
+        eventually(lambda: chat(launched.url).headers["x-turnout-variant"] == "b", timeout=2)
 
 
 def test_routes_survive_a_restart(config: Path) -> None:

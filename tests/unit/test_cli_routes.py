@@ -197,6 +197,10 @@ def test_describe_primaries() -> None:
     assert describe_primaries(spec_of(targets=[{"variant": "a", "weight": 0}, {"variant": "b"}])) == (
         "a 0%, b 100%"
     )
+    stored_before_the_finite_rule = spec_of(
+        targets=[{"variant": "a", "weight": 1e308}, {"variant": "b", "weight": 1e308}]
+    )
+    assert describe_primaries(stored_before_the_finite_rule) == "a weight 1e+308, b weight 1e+308"
 
 
 def test_render_table_aligns_columns() -> None:

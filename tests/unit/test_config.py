@@ -85,7 +85,7 @@ def test_default_config_serves_three_precisions() -> None:
                 "{variant: remote, weight: 3}], canary: {stable: local, canary: remote,"
                 " gates: [{metric: error_rate, max: 0.1}]}}",
             ),
-            "routes.tiny: a canary moves traffic from one stable variant, but the targets split it",
+            "routes.tiny.canary: a canary moves traffic from one stable variant, but the targets split it",
         ),
         (
             GOOD.replace("precision: int8", "model_dir: /nonexistent/dir"),
