@@ -22,6 +22,7 @@ from serving.auth import (
     authorize_admin,
     authorize_client,
     looks_issued,
+    other_credentials,
 )
 from serving.auth import bearer_token as parse_bearer
 from serving.config import AuthSettings
@@ -53,14 +54,14 @@ class Access:
         sent = [key for key in (parse_bearer(authorization), api_key_header) if key]
         principal = next((p for key in sent if (p := self.keyring.lookup(key)) is not None), None)
         # A key of Turnout's own shape anywhere, in either header or under another scheme
-        # ("Basic sk-turnout-…", a bare key), is never taken as anonymous: it loses its limits.
-        raw = authorization.split()[-1] if authorization and authorization.split() else None
+        # (Basic, as curl -u sends it, a bare key), is never taken as anonymous: it loses its limits.
+        elsewhere = other_credentials(authorization)
         principal = authorize_client(
             principal,
             anonymous_allowed=self._settings.anonymous_clients,
             presented=bool(sent),
             authorization=authorization,
-            issued_shape=principal is None and any(looks_issued(key) for key in (*sent, raw)),
+            issued_shape=principal is None and any(looks_issued(key) for key in (*sent, *elsewhere)),
         )
         if principal.rpm is None and principal.tpm is None:
             return principal

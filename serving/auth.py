@@ -10,6 +10,8 @@ in-memory index the gateway rebuilds when the stored keys change. Pure: no I/O.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import secrets
@@ -92,6 +94,23 @@ def bearer_token(authorization: str | None) -> str | None:
     if scheme.lower() != "bearer" or not token:
         return None
     return token
+
+
+def other_credentials(authorization: str | None) -> list[str]:
+    """What an Authorization header that is not ``Bearer`` carries: a bare value, another
+    scheme's token, and for ``Basic`` the decoded user and password (``curl -u :KEY``)."""
+    parts = authorization.split() if authorization else []
+    if not parts:
+        return []
+    found = [parts[-1]]
+    if len(parts) == 2 and parts[0].lower() == "basic":
+        try:
+            decoded = base64.b64decode(parts[1], validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return found
+        user, _, password = decoded.partition(":")
+        found += [user, password]
+    return found
 
 
 def is_role(value: str) -> bool:

@@ -3,6 +3,7 @@ and the server keeps serving afterwards."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx
@@ -271,6 +272,10 @@ def test_a_batch_whose_one_prompt_fails_is_counted_once_not_as_hang_ups(gateway_
         ({"authorization": "Token sk-turnout-abc"}, 401),
         ({"authorization": "sk-turnout-abc"}, 401),
         ({"authorization": "Bearer anything", "api-key": "sk-turnout-revoked"}, 401),
+        # HTTP Basic as clients send it: base64 of "user:password" (curl -u :KEY)
+        ({"authorization": "Basic " + base64.b64encode(b":sk-turnout-abc").decode()}, 401),
+        ({"authorization": "Basic " + base64.b64encode(b"sk-turnout-abc:x").decode()}, 401),
+        ({"authorization": "Basic " + base64.b64encode(b"user:password").decode()}, 200),
     ],
 )
 def test_with_anonymous_clients_an_unknown_key_of_ours_is_still_refused(

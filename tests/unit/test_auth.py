@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from base64 import b64encode
 from dataclasses import dataclass
 
 import pytest
@@ -17,6 +18,7 @@ from serving.auth import (
     key_prefix,
     looks_issued,
     new_key,
+    other_credentials,
 )
 from serving.errors import Forbidden, Overloaded, Unauthorized
 
@@ -157,3 +159,12 @@ def test_each_key_draws_on_its_own_bucket_not_its_names() -> None:
     assert ring.lookup("sk-turnout-old") is None
     principal = ring.lookup("sk-turnout-new")
     assert principal is not None and principal.name == "app" and principal.limit_key == new[:16]
+
+
+def test_other_credentials_decode_basic_as_clients_send_it() -> None:
+    assert other_credentials(None) == [] and other_credentials("  ") == []
+    assert other_credentials("sk-turnout-x") == ["sk-turnout-x"]
+    assert other_credentials("Token sk-turnout-x") == ["sk-turnout-x"]
+    basic = "Basic " + b64encode(b"user:sk-turnout-x").decode()
+    assert other_credentials(basic)[1:] == ["user", "sk-turnout-x"]
+    assert other_credentials("Basic not*base64") == ["not*base64"]
