@@ -389,6 +389,7 @@ class OpenAIHttpBackend:
                 if data == b"[DONE]":
                     last = last or Chunk()
                     last.finish_reason = last.finish_reason or "stop"
+                    last.usage = last.usage or running
                     yield last
                     return  # releasing the response reuses the connection once the body has ended
                 chunk = self._parse_chunk(data, chat)
@@ -403,9 +404,11 @@ class OpenAIHttpBackend:
                         last.extra = {**(last.extra or {}), **chunk.extra}
                     if chunk.stop_reason is not None:
                         last.stop_reason = chunk.stop_reason
-                elif chunk.finish_reason is not None or (chunk.usage is not None and _bare(chunk)):
+                elif chunk.finish_reason is not None:
                     last = chunk
                     last.usage = last.usage or running
+                elif _bare(chunk):  # usage alone before the finish (continuous stats): the latest
+                    running = chunk.usage or running
                 else:
                     # Text with usage and no finish: vLLM's continuous_usage_stats. Held back as
                     # the finish, it held the whole answer back to the end; it goes on now, and
@@ -417,6 +420,7 @@ class OpenAIHttpBackend:
                     f"upstream {self.name} sent over {MAX_SSE_EVENT_BYTES} bytes without ending an event"
                 )
         if last is not None and last.finish_reason is not None:  # clean end without [DONE]
+            last.usage = last.usage or running
             yield last
             return
         raise BackendError(f"upstream {self.name} ended the stream before it finished")
@@ -438,8 +442,8 @@ class OpenAIHttpBackend:
             extra = message_extra(choice["delta"]) if chat else None
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
-        if not text and finish is None and not logprobs and extra is None:
-            return None  # role-only or empty delta (a running usage on it is not the answer's)
+        if not text and finish is None and usage is None and not logprobs and extra is None:
+            return None  # role-only or empty delta: nothing to pass on
         logprobs = logprobs if isinstance(logprobs, dict) else None
         return Chunk(text, finish, usage, logprobs, extra, _stop_reason(choice))
 
@@ -450,12 +454,17 @@ def _bare(chunk: Chunk) -> bool:
 
 
 def _text(content: Any) -> str:
-    """A choice's text: a string or null; anything else is a malformed answer (a 502)."""
+    """A choice's text: a string, null, or a list of text parts (``[{"type": "text", "text": …}]``,
+    which some OpenAI-compatible servers send), joined; anything else is a malformed answer (502)."""
     if content is None:
         return ""
-    if not isinstance(content, str):
-        raise TypeError(f"the answer's content is a {type(content).__name__}, not text")
-    return content
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and isinstance(part.get("text"), str) for part in content
+    ):
+        return "".join(part["text"] for part in content)
+    raise TypeError(f"the answer's content is a {type(content).__name__}, not text")
 
 
 def _stop_reason(choice: dict[str, Any]) -> str | int | None:

@@ -425,6 +425,33 @@ async def test_sse_parser_handles_crlf_comments_multiline_data_and_split_reads(p
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 7
 
 
+@pytest.mark.parametrize("piece", [5, 10_000])
+async def test_usage_on_choice_chunks_before_or_after_the_finish_is_kept_and_holds_nothing_back(
+    piece: int,
+) -> None:
+    """Continuous usage on the role-only first chunk (vLLM), text parts as a list, and the final
+    usage sent on an empty-delta choice after the finish (not as choices: [])."""
+
+    def usage(completion: int) -> dict[str, int]:
+        return {"prompt_tokens": 4, "completion_tokens": completion, "total_tokens": 4 + completion}
+
+    parts = [{"type": "text", "text": "He"}, {"type": "text", "text": "l"}]
+    payloads = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "usage": usage(0)},
+        {"choices": [{"index": 0, "delta": {"content": parts}}]},
+        {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
+        {"choices": [{"index": 0, "delta": {}}], "usage": usage(2)},
+    ]
+    events = [b"data: " + orjson.dumps(p) for p in payloads] + [b"data: [DONE]"]
+    raw = b"".join(e + b"\n\n" for e in events)
+    backend = OpenAIHttpBackend(
+        "stub", OpenAIHttpSettings.model_validate({"base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    )
+    chunks = [c async for c in backend._events(_pieces(raw, piece), chat=True)]
+    assert [(c.text, c.finish_reason) for c in chunks] == [("Hel", None), ("lo", "stop")]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 2
+
+
 async def test_an_sse_event_that_never_ends_is_a_bad_gateway_not_unbounded_memory() -> None:
     from backends.openai_http import MAX_SSE_EVENT_BYTES
 
