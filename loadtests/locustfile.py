@@ -25,7 +25,7 @@ from locust import FastHttpUser, LoadTestShape, constant, events, task
 
 from loadtests.scenarios import Scenario, users_at
 from loadtests.shapes import RequestShape, prompt_of
-from loadtests.stats import Record, Slo, step_figures
+from loadtests.stats import Record, Slo, failure_kind, step_figures
 
 CONFIG: dict[str, Any] = json.loads(os.environ.get("TURNOUT_LOADTEST", "{}"))
 SHAPE = RequestShape(
@@ -125,7 +125,7 @@ class OpenAIUser(FastHttpUser):
                 row["status"] = response.status_code or 0
                 row["variant"] = (response.headers or {}).get("x-turnout-variant", "?")
                 if row["status"] != 200:  # no status: it failed before one came (FastHttpUser's error)
-                    row["error"] = f"http_{row['status']}" if row["status"] else _failure(response.error)
+                    row["error"] = f"http_{row['status']}" if row["status"] else failure_kind(response.error)
                     response.failure(row["error"])
                 elif stream:
                     self._read_stream(response, chat, start, row)
@@ -137,7 +137,7 @@ class OpenAIUser(FastHttpUser):
                 else:
                     response.failure(row["error"])
         except Exception as exc:  # timeouts and dropped connections end up here
-            row["error"] = _failure(exc)
+            row["error"] = failure_kind(exc)
         row["latency_ms"] = (time.perf_counter() - start) * 1000
         if row["error"] is None:
             self._fire("E2E", row["latency_ms"])
@@ -211,10 +211,3 @@ class ScenarioShape(LoadTestShape):
             if CONFIG.get("steps_file"):
                 Path(CONFIG["steps_file"]).write_text(json.dumps(STEPS))
         return all(step["ok"] for step in STEPS)
-
-
-def _failure(error: object) -> str:
-    """A request that got no status: "timeout" when it waited out --timeout, else "connection"
-    (refused, reset, closed): a slow gateway must not read as a down one."""
-    timed_out = "timeout" in type(error).__name__.lower() or "timed out" in str(error).lower()
-    return "timeout" if timed_out else "connection"

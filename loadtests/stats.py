@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from http.client import HTTPException
 from typing import Any
 
 
@@ -117,3 +118,16 @@ def knee(steps: Sequence[dict[str, Any]], slo: Slo) -> dict[str, Any]:
         "slo": {"p95_ttft_ms": slo.p95_ttft_ms, "max_error_rate": slo.max_error_rate},
         "steps": list(steps),
     }
+
+
+def failure_kind(error: object) -> str:
+    """What went wrong with a request that got no usable answer: "timeout" when it waited out
+    --timeout (a slow gateway must not read as a down one), "connection" when the connection was
+    refused, reset or closed (the gateway went away: users back off, the run fails), else
+    "bad_response" (an answer that is not the JSON or SSE it should be)."""
+    timed_out = "timeout" in type(error).__name__.lower() or "timed out" in str(error).lower()
+    if timed_out:
+        return "timeout"
+    if isinstance(error, OSError | HTTPException):  # refused, reset, closed mid-answer
+        return "connection"
+    return "bad_response"

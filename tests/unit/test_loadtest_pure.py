@@ -10,7 +10,7 @@ import pytest
 from loadtests.report import compare_table, summary_markdown
 from loadtests.scenarios import Scenario, users_at
 from loadtests.shapes import ShapeError, parse_shape
-from loadtests.stats import Record, Slo, knee, per_variant, percentile, stats, step_figures
+from loadtests.stats import Record, Slo, failure_kind, knee, per_variant, percentile, stats, step_figures
 
 
 def record(t: float, variant: str = "a", ttft: float | None = 10.0, error: str | None = None) -> Record:
@@ -107,3 +107,14 @@ def test_a_run_fails_its_ci_gate_above_the_error_bound_except_a_ramp() -> None:
         "or dropped them; errors: connection 12, http_502 2)"
     )
     assert run_failed(went_down, "ramp", 0.01) is None
+
+
+def test_failures_are_told_apart_so_only_a_gone_gateway_reads_as_one() -> None:
+    import json
+    from http.client import RemoteDisconnected
+
+    assert failure_kind(TimeoutError("timed out")) == "timeout"
+    assert failure_kind(ConnectionRefusedError(111, "refused")) == "connection"
+    assert failure_kind(RemoteDisconnected("closed")) == "connection"  # an HTTPException
+    assert failure_kind(json.JSONDecodeError("bad", "x", 0)) == "bad_response"  # an answer, malformed
+    assert failure_kind(KeyError("usage")) == "bad_response"
