@@ -54,11 +54,18 @@ _TRANSPORT_STATUSES = {
 }
 
 
+# What Triton says, in a stream error that carries no gRPC status, when the model cannot serve at
+# all (not loaded, unloaded, not ready): the variant is down for everyone, as HTTP's 404 says.
+_MODEL_UNAVAILABLE = ("unknown model", "has no available versions", "is not ready", "is not found")
+
+
 def grpc_error(name: str, status: str | None, message: str) -> TurnoutError:
     """A gRPC status (``StatusCode.X``) from Triton → the gateway's typed error."""
     kind = _TRANSPORT_STATUSES.get(status or "")
+    if kind is None and not status and any(words in message for words in _MODEL_UNAVAILABLE):
+        kind = BackendUnavailable
     if kind is not None:
-        return kind(f"Triton variant {name} ({status}): {message}")
+        return kind(f"Triton variant {name} ({status or 'stream'}): {message}")
     return ClientError(message or f"Triton refused the request ({status})", code="triton_rejected")
 
 
@@ -68,7 +75,10 @@ def to_array(value: Any, datatype: str, batched: bool, np_dtype: Any) -> np.ndar
     if datatype == "BYTES":
         array = np.array([str(v).encode("utf-8") for v in values], dtype=np.object_)
     else:
-        array = np.array(values, dtype=np_dtype)
+        try:
+            array = np.array(values, dtype=np_dtype)
+        except OverflowError:  # the request's value does not fit the model's input: the client's to fix
+            raise ClientError(f"{values[0]} does not fit the model's {datatype} input") from None
     return array.reshape((1, len(values)) if batched else (len(values),))
 
 
@@ -221,6 +231,8 @@ class TritonGrpc:
         except self._utils.InferenceServerException as exc:
             raise self._error(exc) from exc
         except self._grpc.aio.AioRpcError as exc:  # the stream call itself failed (e.g. unreachable)
+            if began:  # output had begun: a broken stream, a bad gateway (as over HTTP)
+                raise BackendError(f"Triton variant {self.name} failed mid-stream: {exc.details()}") from exc
             raise grpc_error(self.name, str(exc.code()), str(exc.details())) from exc
         finally:
             responses.cancel()

@@ -231,7 +231,11 @@ def start_triton(
     if busy is not None:
         raise TritonError(busy)
     log = log or install.root / "logs" / f"tritonserver-{http_port}.log"  # default: one per port, reused
-    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        out = log.open("wb")
+    except OSError as exc:
+        raise TritonError(f"cannot write the log {log}: {exc.strerror or exc}") from None
     shm_prefix = f"{_SHM_PREFIX}turnout_{uuid.uuid4().hex[:12]}_"
     cmd = [
         str(install.tritonserver), "--model-repository", str(repo_dir),
@@ -249,12 +253,15 @@ def start_triton(
     ]  # fmt: skip
     started = time.monotonic()
     try:
-        with log.open("wb") as out:
+        with out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=install.env(), start_new_session=True
             )
-    except OSError as exc:
-        raise TritonError(f"cannot run {cmd[0]} ({exc}); reinstall with: {INSTALL_HINT}") from exc
+    except OSError as exc:  # the install is broken (a file it cannot run): installed() is not enough
+        raise TritonError(
+            f"cannot run {cmd[0]} ({exc.strerror or exc}); remove {install.root} and run "
+            "`turnout backends up triton` again to reinstall it"
+        ) from exc
     server = TritonServer(proc, http_port, grpc_port, metrics_port, log, shm_prefix)
     try:
         _wait_ready(server, started, timeout, cmd)

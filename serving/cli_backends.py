@@ -85,6 +85,9 @@ def _triton(args: argparse.Namespace) -> int:
         return 1
     if args.repo_dir:
         work = Path(args.repo_dir)
+        if work.exists() and not work.is_dir():
+            print(f"turnout: --repo-dir {work} is a file, not a folder", file=sys.stderr)
+            return 2
         if work.exists() and any(work.iterdir()) and not (work / "turnout_tiny" / "config.pbtxt").is_file():
             print(f"turnout: --repo-dir {work} is not empty and not a staged repository", file=sys.stderr)
             return 2

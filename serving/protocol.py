@@ -18,6 +18,7 @@ from serving.errors import ClientError
 
 _MAX_STOP_SEQUENCES = 4
 _INT64 = 2**63  # OpenAI's seed is an int64, as vLLM takes it
+_INT32_MAX = 2**31 - 1  # max_tokens and top_k: engines (Triton's tensors, TensorRT-LLM) hold int32s
 MAX_PROMPTS = 256  # prompts in one /v1/completions request (each becomes one choice)
 
 
@@ -79,8 +80,15 @@ class SamplingFields(WireModel):
                 param=max_tokens_field,
                 code="invalid_value",
             )
-        if self.top_k is not None and self.top_k < -1:
-            raise ClientError("top_k must be -1 (off) or positive", param="top_k", code="invalid_value")
+        if max_tokens is not None and max_tokens > _INT32_MAX:  # engines hold it as an int32
+            message = f"{max_tokens_field} must be at most {_INT32_MAX}"
+            raise ClientError(message, param=max_tokens_field, code="invalid_value")
+        if self.top_k is not None and not -1 <= self.top_k <= _INT32_MAX:
+            raise ClientError(
+                f"top_k must be -1 or 0 (off) or a positive count up to {_INT32_MAX}",
+                param="top_k",
+                code="invalid_value",
+            )
         if self.seed is not None and not -_INT64 <= self.seed < _INT64:
             raise ClientError("seed must be a 64-bit integer", param="seed", code="invalid_value")
         if self.stream_options is not None and not self.stream:

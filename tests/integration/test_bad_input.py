@@ -162,6 +162,22 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
         "seed",
     ),
     ("unknown token id", COMPLETIONS, {"model": "turnout-tiny", "prompt": [1, 2, 99999]}, 400, "prompt"),
+    # Past int32: a Triton or TensorRT-LLM variant's tensors would overflow (a 502, the breaker
+    # counting it) or wrap around; refused for every variant alike.
+    (
+        "max_tokens past int32",
+        COMPLETIONS,
+        {"model": "turnout-tiny", "prompt": "1", "max_tokens": 2**31},
+        400,
+        "max_tokens",
+    ),
+    (
+        "top_k past int32",
+        COMPLETIONS,
+        {"model": "turnout-tiny", "prompt": "1", "top_k": 3_000_000_000},
+        400,
+        "top_k",
+    ),
     ("unknown model", CHAT, {"model": "gpt-nine", "messages": OK_MESSAGES}, 404, "model"),
     (
         "continuous usage stats",

@@ -297,3 +297,24 @@ def test_ctrl_c_while_triton_starts_stops_it_cleanly(triton: TritonServer, tmp_p
     assert not list(tmp_path.glob("turnout-triton-*"))  # the staged repository is removed
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{http}/v2/health/live", timeout=1)
+
+
+def test_cli_bad_log_and_repo_paths_are_messages_and_leave_no_staged_repository(
+    triton: TritonServer, tmp_path: Path
+) -> None:
+    """(The ``triton`` fixture: the install is there, so nothing is downloaded.)"""
+    http, grpc, metrics = distinct_ports(3)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    cmd = [sys.executable, "-m", "serving.cli", "backends", "up", "triton", "--port", str(http)]
+    cmd += ["--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the CLI stages its model repository
+    for extra, code, said in (
+        (["--log", str(a_file / "x.log")], 1, f"cannot write the log {a_file / 'x.log'}"),
+        (["--log", str(tmp_path)], 1, f"cannot write the log {tmp_path}"),
+        (["--repo-dir", str(a_file)], 2, f"--repo-dir {a_file} is a file, not a folder"),
+    ):
+        done = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == code and said in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert not list(tmp_path.glob("turnout-triton-*"))

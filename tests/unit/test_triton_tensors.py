@@ -174,6 +174,9 @@ def test_status_errors() -> None:
     assert isinstance(grpc_error("v", "StatusCode.DEADLINE_EXCEEDED", "slow"), BackendTimeout)
     assert type(grpc_error("v", "StatusCode.INTERNAL", "temperature must be >= 0")) is ClientError
     assert type(grpc_error("v", None, "refused in a stream")) is ClientError
+    # A stream error has no status: the model gone from Triton is the variant down, not the client.
+    unloaded = "Request for unknown model: 'turnout_tiny_vllm' has no available versions"
+    assert isinstance(grpc_error("v", None, unloaded), BackendUnavailable)
 
 
 def test_grpc_tensors_follow_the_declared_types_and_batch_dimension() -> None:
@@ -181,6 +184,8 @@ def test_grpc_tensors_follow_the_declared_types_and_batch_dimension() -> None:
     assert batched.shape == (1, 2) and batched.tolist() == [[b"a", b"b"]]
     flat = to_array(7, "UINT64", False, np.uint64)
     assert flat.shape == (1,) and flat.dtype == np.uint64
+    with pytest.raises(ClientError, match="3000000000 does not fit the model's INT32 input"):
+        to_array(3_000_000_000, "INT32", True, np.int32)
     assert [
         guess_datatype(n, v) for n, v in (("x", "s"), ("x", True), ("seed", 1), ("x", 1), ("x", 0.5))
     ] == [
