@@ -171,7 +171,7 @@ class TritonBackend:
                 if reader.stopped:
                     break  # a stop string: closing the stream tells Triton to stop too
         tail, finish, usage = reader.finish()
-        yield Chunk(text=tail, finish_reason=finish, usage=usage)
+        yield Chunk(text=tail, finish_reason=finish, usage=usage, stop_reason=reader.stop_reason)
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         facts, inputs, reader = await self._prepare(request, stream=True)
@@ -184,11 +184,12 @@ class TritonBackend:
         if not facts.decoupled:  # one request, one response: no generators on the hot path
             text = reader.feed(await self._transport.infer(facts, inputs, request.request_id))
             tail, finish, usage = reader.finish()
-            return Completion(text + tail, finish, usage)
+            return Completion(text + tail, finish, usage, stop_reason=reader.stop_reason)
         parts: list[str] = []  # a decoupled model: gather its responses
         async with aclosing(self._chunks(facts, inputs, reader, request.request_id)) as chunks:
             async for chunk in chunks:
                 parts.append(chunk.text)
                 if chunk.finish_reason is not None:
-                    return Completion("".join(parts), chunk.finish_reason, chunk.usage or Usage())
+                    usage, stop_reason = chunk.usage or Usage(), chunk.stop_reason
+                    return Completion("".join(parts), chunk.finish_reason, usage, stop_reason=stop_reason)
         raise BackendError(f"Triton variant {self.name} ended without a finish")

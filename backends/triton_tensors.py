@@ -195,6 +195,11 @@ class ResponseReader:
     def stopped(self) -> bool:
         return self._scanner.stopped
 
+    @property
+    def stop_reason(self) -> str | None:
+        """The stop string that ended the answer (vLLM's ``stop_reason``), if one did."""
+        return self._scanner.matched
+
     def feed(self, outputs: Mapping[str, Any]) -> str:
         """The new text of one response (stop strings cut, prompt echo removed)."""
         text = as_text(outputs.get("text_output"))

@@ -150,7 +150,7 @@ def test_reader_cuts_stop_strings_across_pieces() -> None:
     reader = _reader("trtllm", max_tokens=20, stop=("bird",))
     out = [reader.feed({"text_output": t}) for t in (" new", " white", " bi", "rd", " hides")]
     assert "".join(out) == " new white " and reader.stopped
-    assert reader.finish()[:2] == ("", "stop")
+    assert reader.finish()[:2] == ("", "stop") and reader.stop_reason == "bird"
 
 
 def test_reader_cumulative_text_and_prompt_echo() -> None:
