@@ -17,7 +17,11 @@ KEDA asks (edit it for your cluster).
 The model name alone does not say whose load it is: two variants of one model (an A/B of the
 same weights on two accelerators, a canary) serve the same name, and each would scale on the
 sum of both. So the PodMonitor copies the pods' variant-id label onto every series it scrapes
-(``podTargetLabels``), and the query keeps this variant's.
+(``podTargetLabels``), and the query keeps this variant's. The Prometheus must select the
+PodMonitor (kube-prometheus-stack's default ``podMonitorSelector`` wants its ``release`` label:
+add it); with ``min_replicas`` of 1 or more, the trigger refuses empty results
+(``ignoreNullValues: false``), so a PodMonitor nobody scrapes shows as a KEDA error, not as a
+variant that never scales.
 
 Other engines' Deployments keep a fixed ``replicas`` here: their load metrics differ by backend
 and version; under Ray (the embedded engine) the RayService autoscales the engine group.
@@ -58,6 +62,10 @@ def scaled_object(spec: VariantSpec) -> dict[str, Any] | None:
     served = f"{{model_name={json.dumps(spec.served_name)},{SCRAPED_VARIANT_LABEL}={json.dumps(spec.id)}}}"
     ongoing = f"sum(vllm:num_requests_running{served}) + sum(vllm:num_requests_waiting{served})"
     triggers = [_prometheus(ongoing, f"{scaling.target_ongoing_requests:g}")]
+    if scaling.min_replicas >= 1:
+        # Pods always run, so no series means no scraping (a PodMonitor the Prometheus does not
+        # select): KEDA reports an error instead of reading 0 and holding the minimum in silence.
+        triggers[0]["metadata"]["ignoreNullValues"] = "false"
     if scaling.min_replicas == 0:
         arriving = f'sum(rate(turnout_requests_total{{variant="{spec.id}"}}[2m]))'
         triggers.append(_prometheus(arriving, _WAKE_THRESHOLD, activation="0"))

@@ -20,6 +20,7 @@ def test_an_autoscaled_vllm_spec_scales_on_ongoing_requests_per_replica() -> Non
     assert trigger["metadata"]["threshold"] == f"{spec.autoscaling.target_ongoing_requests:g}"
     query = trigger["metadata"]["query"]
     assert "vllm:num_requests_running{model_name=" in query and "vllm:num_requests_waiting" in query
+    assert trigger["metadata"]["ignoreNullValues"] == "false"  # pods run: no series = no scraping
 
 
 def test_two_variants_of_one_model_scale_on_their_own_pods_alone() -> None:
@@ -39,6 +40,7 @@ def test_scaling_to_zero_wakes_on_requests_for_the_variant() -> None:
     spec = load_spec(GOLDEN_SPECS / "qwen-v6e-autoscale.yaml")
     scaling = scaled_object(spec)
     assert scaling is not None and scaling["spec"]["minReplicaCount"] == 0
+    assert "ignoreNullValues" not in scaling["spec"]["triggers"][0]["metadata"]  # none at zero pods
     wake = scaling["spec"]["triggers"][1]["metadata"]
     assert f'variant="{spec.id}"' in wake["query"] and wake["activationThreshold"] == "0"
 
