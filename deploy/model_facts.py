@@ -42,6 +42,9 @@ class ModelFacts(BaseModel):
     max_context: _Count  # max_position_embeddings: the longest sequence the model supports
     tie_word_embeddings: bool = False  # lm_head shares the input embedding matrix
     attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
+    # A quantized checkpoint's group size, from its config.json's quantization_config (AWQ, GPTQ):
+    # -1 is per-channel; None when it says none (``deploy.validate`` then assumes 128).
+    quant_group_size: int | None = None
 
     @property
     def embedding_params(self) -> int:
@@ -167,7 +170,13 @@ def facts_from_config(config: dict[str, Any], *, name: str, source: Path) -> Mod
     }
     params = llama_style_params(**shape, mlp_bias=bool(config.get("mlp_bias", False)))
     max_context = _int(config, "max_position_embeddings", source)
-    return ModelFacts(name=name, num_params=params, max_context=max_context, **shape)
+    quantized = config.get("quantization_config")
+    quantized = quantized if isinstance(quantized, dict) else {}
+    group = quantized.get("group_size", quantized.get("q_group_size"))
+    group_size = group if isinstance(group, int) and not isinstance(group, bool) and group != 0 else None
+    return ModelFacts(
+        name=name, num_params=params, max_context=max_context, quant_group_size=group_size, **shape
+    )
 
 
 def facts_from_hf_folder(path: Path, name: str | None = None) -> ModelFacts:

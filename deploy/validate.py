@@ -18,8 +18,9 @@ Decisions, stated:
 - Quantization: fp8 needs fp8 compute (Hopper, Ada, MI300-class); int8-wa needs int8 GEMMs;
   AWQ/GPTQ need their kernels (not on TPU), and under tensor parallelism each device's share of a
   row-parallel layer's input (the MLP's ``intermediate_size``, attention's heads × head_dim)
-  must be whole quantization groups of 128 (the group size of AWQ/GPTQ checkpoints as published;
-  vLLM refuses to load one otherwise, and Qwen pads its 72B's MLP for exactly this); ORT
+  must be whole quantization groups (the checkpoint's own, from its config.json; else 128, the
+  group of AWQ/GPTQ checkpoints as published; none for per-channel): vLLM and TensorRT-LLM
+  refuse to load one otherwise, and Qwen pads its 72B's MLP for exactly this; ORT
   int8/int4 only on ``onnxruntime-genai``, which takes only those or none. fp8 KV cache needs
   Hopper, Ada or MI300-class. CUDA graphs do not exist on TPU or CPU. TPUs compute in bf16 (no
   fp16) and run single-host slices here.
@@ -45,7 +46,8 @@ ENGINE_VENDORS = {
 ORT_QUANTIZATIONS = ("none", "ort-int8", "ort-int4")
 GPU_QUANTIZATIONS = ("fp8", "int8-wa", "awq-int4", "gptq-int4")
 BATCHER_ENGINES = ("triton-trtllm", "onnxruntime-genai")  # triton-vllm: vLLM batches by itself
-INT4_GROUP_SIZE = 128  # AWQ/GPTQ checkpoints' quantization group (vLLM reads the real one)
+# AWQ/GPTQ checkpoints' usual quantization group, when the model's config.json does not say its own
+INT4_GROUP_SIZE = 128
 
 
 def _parallelism(spec: VariantSpec, facts: ModelFacts) -> list[str]:
@@ -67,15 +69,16 @@ def _parallelism(spec: VariantSpec, facts: ModelFacts) -> list[str]:
         )
     if pp > facts.num_layers:
         found.append(f"pipeline_parallel: {pp} exceeds the {facts.num_layers} layers of {facts.name}")
-    if spec.quantization in ("awq-int4", "gptq-int4") and tp > 1:
+    group = facts.quant_group_size or INT4_GROUP_SIZE  # the checkpoint's own, when its config says
+    if spec.quantization in ("awq-int4", "gptq-int4") and tp > 1 and group > 0:  # -1: per-channel
         widths = {"intermediate_size": facts.intermediate_size,
                   "attention width": facts.num_attention_heads * facts.head_dim}  # fmt: skip
         for what, width in widths.items():
-            if width % (tp * INT4_GROUP_SIZE):
+            if width % (tp * group):
                 found.append(
                     f"tensor_parallel: {tp} splits the {what} {width} of {facts.name} into "
                     f"{width / tp:g}-wide shards, not whole {spec.quantization} groups of "
-                    f"{INT4_GROUP_SIZE}; the engine refuses to load it (use a tensor_parallel whose "
+                    f"{group}; the engine refuses to load it (use a tensor_parallel whose "
                     "shards are)"
                 )
     return found

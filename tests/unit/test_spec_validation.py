@@ -208,5 +208,12 @@ def test_int4_shards_under_tensor_parallelism_are_whole_groups() -> None:
         assert [p for p in problems(tp2, released) if "into 14784-wide shards" in p]  # 115.5 groups
         one = spec(quantization=quantization, dtype="fp16", accelerator="h200-141gb")
         assert not [p for p in problems(one, released) if p.startswith("tensor_parallel")]
+    # A checkpoint whose config.json names its group: per-channel (-1) has none to split; 64 is
+    # checked as 64 (29568 / 8 = 3696 = 57.75 groups of 64: still refused).
+    per_channel = ModelFacts(**shape, intermediate_size=29568, quant_group_size=-1)
+    tp8 = spec(quantization="awq-int4", dtype="fp16", tensor_parallel=8, device_count=8)
+    assert not [p for p in problems(tp8, per_channel) if "shards" in p]
+    by_64 = ModelFacts(**shape, intermediate_size=29568, quant_group_size=64)
+    assert [p for p in problems(tp8, by_64) if "not whole awq-int4 groups of 64" in p]
     # Unquantized weights split anywhere the heads allow.
     assert not [p for p in problems(spec(tensor_parallel=8, device_count=8), released) if "shards" in p]

@@ -86,7 +86,11 @@ def test_facts_from_a_local_folder_compute_params(tmp_path: Path) -> None:
     assert facts.num_kv_heads == 4 and facts.head_dim == 16  # defaults: MHA, hidden / heads
     per_layer = 4 * 64 * 64 + 3 * 64 * 128 + 2 * 64
     assert facts.num_params == 100 * 64 + 2 * per_layer + 64  # tied: one embedding matrix
-    assert facts.name == tmp_path.name
+    assert facts.name == tmp_path.name and facts.quant_group_size is None
+    awq = {**config, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 64}}
+    assert facts_from_config(awq, name="m", source=tmp_path).quant_group_size == 64
+    gptq = {**config, "quantization_config": {"quant_method": "gptq", "group_size": -1}}
+    assert facts_from_config(gptq, name="m", source=tmp_path).quant_group_size == -1
 
 
 def test_facts_errors_name_the_source(tmp_path: Path) -> None:
