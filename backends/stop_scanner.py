@@ -22,7 +22,9 @@ class StopScanner:
         if not self._stops:
             return piece
         buffer = self._held + piece
-        cut, matched = min(((buffer.find(s), s) for s in self._stops if s in buffer), default=(-1, None))
+        # The earliest in the text; at one place, the first given (as vLLM checks them in order).
+        found = [(buffer.find(s), order, s) for order, s in enumerate(self._stops) if s in buffer]
+        cut, _, matched = min(found, default=(-1, 0, None))
         if matched is not None:
             self._held = ""
             self.stopped = True

@@ -29,7 +29,13 @@ def taken(ports: Iterable[int], host: str = "127.0.0.1") -> list[int]:
 
 
 def refuse_taken(ports: Iterable[int], what: str, host: str = "127.0.0.1") -> str | None:
-    """Why ``what`` cannot start on ``ports`` of ``host`` (some are taken), or None when all are free."""
+    """Why ``what`` cannot start on ``ports`` of ``host`` (one given twice, or some taken), or None
+    when all are free."""
+    ports = list(ports)
+    twice = sorted({port for port in ports if ports.count(port) > 1 and port != 0})
+    if twice:
+        listed = ", ".join(str(port) for port in twice)
+        return f"cannot start {what}: port {listed} is given for two of its listeners; give each its own"
     busy = taken(ports, host)
     if not busy:
         return None

@@ -127,7 +127,8 @@ class BreakerConfig(BaseModel):
         if self.min_requests > self.window:  # the window never holds that many: the rate never trips
             raise ValueError(
                 f"min_requests {self.min_requests} exceeds window {self.window}: the breaker keeps the "
-                f"last {self.window} outcomes, so its error rate could never trip"
+                f"last {self.window} outcomes, so its error rate could never trip (to trip on "
+                "consecutive failures alone, say error_rate: 1)"
             )
         return self
 

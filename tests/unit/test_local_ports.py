@@ -33,3 +33,11 @@ def test_a_port_left_in_time_wait_by_a_stopped_server_is_free() -> None:
             accepted.close()  # the server closes first: TIME_WAIT on its port
             client.recv(1)
     assert taken([port]) == []
+
+
+def test_one_port_given_to_two_listeners_is_refused_before_anything_binds() -> None:
+    message = refuse_taken([8000, 8000, 8002], "tritonserver")
+    assert (
+        message == "cannot start tritonserver: port 8000 is given for two of its listeners; give each its own"
+    )
+    assert refuse_taken([0, 0], "a server") is None  # 0: any free port, each its own

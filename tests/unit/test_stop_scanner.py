@@ -56,6 +56,8 @@ def test_the_stop_that_ended_it_is_named_as_vllm_s_stop_reason() -> None:
     assert (scanner.feed("aaxy"), scanner.matched) == ("aa", None)
     assert (scanner.feed("zq"), scanner.matched) == ("", "xyz")  # the one the text was cut at
     assert StopScanner(("bc", "abcd")).feed("zabcd") == "z"
+    tie = StopScanner(("ab", "a"))  # both start at the same place: the first given names it
+    assert (tie.feed("xab"), tie.matched) == ("x", "ab")
     never = StopScanner(("END",))
     assert never.feed("abcEN") == "abc"
     assert never.flush() == "EN" and never.matched is None
