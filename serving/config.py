@@ -28,7 +28,7 @@ from backends.settings import EmbeddedSettings, VariantSettings
 from deploy import strict_yaml
 from deploy.unknown_keys import unknown_key_message
 from serving.errors import ConfigError
-from serving.routing.spec import RouteSpec, WeightedTarget, problems, route_name_problem
+from serving.routing.spec import RouteSpec, WeightedTarget, route_name_problem, write_problems
 from serving.spec_variants import SpecVariant, spec_aliases
 
 DEFAULT_MODEL = "turnout-tiny"
@@ -196,7 +196,7 @@ class GatewayConfig(BaseModel):
     @model_validator(mode="after")
     def _routes_name_known_variants(self) -> GatewayConfig:
         for route, spec in self.routes.items():
-            found = problems(spec, frozenset(self.variants))
+            found = write_problems(spec, frozenset(self.variants))
             if found:
                 raise ValueError(f"routes.{route}.{found[0]}")
         return self

@@ -21,7 +21,7 @@ from serving.api.openai_routes import read_body
 from serving.api.state import AppState
 from serving.auth import Role
 from serving.errors import ClientError, Unprocessable
-from serving.routing.spec import RouteSpec, problems, route_name_problem
+from serving.routing.spec import RouteSpec, route_name_problem, write_problems
 from serving.store import RouteVersion
 
 
@@ -81,7 +81,7 @@ def _parse_spec(data: object, known: frozenset[str], aliases: dict[str, str]) ->
         where = ".".join(str(part) for part in ("spec", *error["loc"]))
         message = error["msg"].removeprefix("Value error, ")
         raise Unprocessable(f"{where}: {message}", param=where) from None
-    found = problems(spec, known)
+    found = write_problems(spec, known)
     if found:
         raise Unprocessable("spec." + "; spec.".join(found), param="spec")
     return spec

@@ -247,13 +247,14 @@ def describe_split(targets: list[WeightedTarget]) -> str:
     return ", ".join(f"{t.variant} {t.weight:g}" for t in targets)
 
 
-def problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list[str]:
-    """What is wrong with ``spec`` given the configured variants (empty when it can serve).
+def write_problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list[str]:
+    """What is wrong with ``spec`` as a new version (empty when it may be written): what
+    :func:`problems` finds, and rules that came after versions breaking them were stored.
 
-    Checked where a spec is written (a config file, the admin API, a rollback's target), not where
-    a stored one is read: the rules below came after versions that break them were stored, and
-    such a store must still open and serve as it did."""
-    found: list[str] = []
+    Checked where a spec is written (a config file, the admin API, a rollback's target); stored
+    versions are read and served with :func:`problems` alone, so a store an older release wrote
+    opens and serves as it did."""
+    found = problems(spec, known_variants)
     if not math.isfinite(sum(t.weight for t in spec.targets)):  # each is finite; every draw would land last
         found.append("targets: the weights must sum to a finite number (they are relative: use small ones)")
     if spec.canary is not None:
@@ -270,6 +271,13 @@ def problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list
                 f"canary.stable: '{spec.canary.stable}' takes no traffic (weight 0); the route's "
                 f"traffic goes to '{live[0].variant}', which must be the canary's stable variant"
             )
+    return found
+
+
+def problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list[str]:
+    """What keeps ``spec`` from serving here (empty when it can serve): variants or an eval
+    dataset this gateway lacks. Every stored version in force is checked with this."""
+    found: list[str] = []
     known = ", ".join(sorted(known_variants))
     for index, target in enumerate(spec.targets):
         if target.variant not in known_variants:

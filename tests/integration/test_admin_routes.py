@@ -260,13 +260,20 @@ def test_a_version_stored_before_todays_spec_rules_still_opens_serves_and_is_rep
         "targets": [{"variant": "a", "weight": 0}, {"variant": "b", "weight": 1}],
         "canary": {"stable": "a", "canary": "b", "gates": [{"metric": "error_rate", "max": 0.1}]},
     }
+    wide = {"targets": [{"variant": "a", "weight": 1e308}, {"variant": "b", "weight": 1e308}]}
     store = RouteStore(_store_url(config))
     store.put("chat", RouteSpec.model_validate(legacy), expected_version=None, author="old", reason="")
+    store.put("wide", RouteSpec.model_validate(wide), expected_version=None, author="old", reason="")
     store.close()
     with running_gateway(config) as launched:
         listed = httpx.get(f"{launched.url}/admin/routes", headers=admin())
         assert listed.status_code == 200 and listed.json()["routes"][0]["spec"]["targets"][0]["weight"] == 0
-        assert chat(launched.url).status_code == 200
+        served = chat(launched.url)  # the stored canary's split (a 95, b 5), not the file's route
+        assert served.status_code == 200 and served.headers["x-turnout-route-version"] == "1"
+        assert served.headers["x-turnout-variant"] in ("a", "b")
+        assert launched.log is not None and "cannot be served here" not in launched.log.read_text()
+        as_before = chat(launched.url, "wide")  # not in the file at all: served as the old release did
+        assert as_before.status_code == 200 and as_before.headers["x-turnout-variant"] == "b"
         again = put_route(launched.url, "chat", legacy, version=1)
         assert again.status_code == 422 and "takes no traffic" in again.json()["error"]["message"]
         assert put_route(launched.url, "chat", {"targets": [{"variant": "b"}]}, version=1).status_code == 200
