@@ -25,7 +25,7 @@ from locust import FastHttpUser, LoadTestShape, constant, events, task
 
 from loadtests.scenarios import Scenario, users_at
 from loadtests.shapes import RequestShape, prompt_of
-from loadtests.stats import Record, Slo, failure_kind, step_figures
+from loadtests.stats import Record, Slo, failure_kind, step_figures, truncated
 
 CONFIG: dict[str, Any] = json.loads(os.environ.get("TURNOUT_LOADTEST", "{}"))
 SHAPE = RequestShape(
@@ -129,6 +129,8 @@ class OpenAIUser(FastHttpUser):
                     response.failure(row["error"])
                 elif stream:
                     self._read_stream(response, chat, start, row)
+                elif truncated(len(response.content or b""), (response.headers or {}).get("content-length")):
+                    row["error"] = "connection"  # closed mid-answer (the client hands back what came)
                 else:
                     usage = (response.json() or {}).get("usage") or {}
                     row["output_tokens"] = int(usage.get("completion_tokens", 0))

@@ -20,7 +20,7 @@ class Record:
     t: float
     variant: str
     status: int
-    error: str | None  # None, "http_<status>", "stream_error", "timeout", "connection"
+    error: str | None  # None, "http_<status>", "stream_error", "timeout", "connection", "bad_response"
     latency_ms: float
     ttft_ms: float | None
     itl_ms: float | None
@@ -131,3 +131,10 @@ def failure_kind(error: object) -> str:
     if isinstance(error, OSError | HTTPException):  # refused, reset, closed mid-answer
         return "connection"
     return "bad_response"
+
+
+def truncated(received: int, content_length: str | None) -> bool:
+    """A whole answer shorter than its Content-Length: the connection closed mid-answer (the
+    client library hands back what arrived, no error), a ``connection`` failure, not a malformed
+    answer."""
+    return content_length is not None and content_length.isdigit() and received < int(content_length)

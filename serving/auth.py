@@ -105,7 +105,8 @@ def other_credentials(authorization: str | None) -> list[str]:
     found = [parts[-1]]
     if len(parts) == 2 and parts[0].lower() == "basic":
         try:
-            decoded = base64.b64decode(parts[1], validate=True).decode("utf-8")
+            padded = parts[1] + "=" * (-len(parts[1]) % 4)  # some clients leave the padding off
+            decoded = base64.b64decode(padded, validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
             return found
         user, _, password = decoded.partition(":")

@@ -13,6 +13,7 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 
 from serving.errors import TurnoutError
 
@@ -55,7 +56,7 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         path = request.url.path
         message = f"Unknown path {path}"
-        if path.endswith("/") and path != "/":
+        if path.endswith("/") and _served(request, path.rstrip("/")):
             message += f" (did you mean {path.rstrip('/')}?)"
     elif exc.status_code == 405:
         message = f"Method {request.method} is not allowed on {request.url.path}"
@@ -65,6 +66,14 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
         headers=dict(exc.headers or {}),
         media_type="application/json",
     )
+
+
+def _served(request: Request, path: str) -> bool:
+    """Whether the app has a route for ``path`` (any method)."""
+    if not path:
+        return False
+    scope = {**request.scope, "path": path}
+    return any(route.matches(scope)[0] != Match.NONE for route in request.app.router.routes)
 
 
 async def handle_unexpected(request: Request, exc: Exception) -> Response:

@@ -232,6 +232,8 @@ def test_a_stray_trailing_slash_is_a_404_saying_so_not_a_redirect(gateway_url: s
         reply = httpx.request(method, gateway_url + path, json=body if method == "POST" else None)
         assert reply.status_code == 404, (path, reply.status_code)
         assert reply.json()["error"]["message"] == f"Unknown path {path} (did you mean {path.rstrip('/')}?)"
+    for nowhere in ("/nope/", "//"):  # no such path without the slash either: no hint
+        assert httpx.get(gateway_url + nowhere).json()["error"]["message"] == f"Unknown path {nowhere}"
 
 
 def test_chunked_body_over_the_limit_is_refused(gateway_url: str) -> None:

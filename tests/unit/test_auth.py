@@ -168,3 +168,5 @@ def test_other_credentials_decode_basic_as_clients_send_it() -> None:
     basic = "Basic " + b64encode(b"user:sk-turnout-x").decode()
     assert other_credentials(basic)[1:] == ["user", "sk-turnout-x"]
     assert other_credentials("Basic not*base64") == ["not*base64"]
+    unpadded = "Basic " + b64encode(b":sk-turnout-abcd").decode().rstrip("=")
+    assert other_credentials(unpadded)[1:] == ["", "sk-turnout-abcd"]

@@ -10,7 +10,17 @@ import pytest
 from loadtests.report import compare_table, summary_markdown
 from loadtests.scenarios import Scenario, users_at
 from loadtests.shapes import ShapeError, parse_shape
-from loadtests.stats import Record, Slo, failure_kind, knee, per_variant, percentile, stats, step_figures
+from loadtests.stats import (
+    Record,
+    Slo,
+    failure_kind,
+    knee,
+    per_variant,
+    percentile,
+    stats,
+    step_figures,
+    truncated,
+)
 
 
 def record(t: float, variant: str = "a", ttft: float | None = 10.0, error: str | None = None) -> Record:
@@ -118,3 +128,5 @@ def test_failures_are_told_apart_so_only_a_gone_gateway_reads_as_one() -> None:
     assert failure_kind(RemoteDisconnected("closed")) == "connection"  # an HTTPException
     assert failure_kind(json.JSONDecodeError("bad", "x", 0)) == "bad_response"  # an answer, malformed
     assert failure_kind(KeyError("usage")) == "bad_response"
+    # A whole answer cut short comes back as the bytes that arrived, no error: its length says so.
+    assert truncated(18, "100") and not truncated(100, "100") and not truncated(18, None)
