@@ -126,6 +126,9 @@ def plan_request(
     """Map ``request`` onto ``tensors``; a 400 for what the convention cannot express."""
     p = request.params
     extras = check_extra(request.extra, _engine(tensors), _MAPPED_EXTRAS[tensors]) if request.extra else {}
+    for name, value in extras.items():  # integer inputs are INT32 tensors: past that they would wrap
+        if isinstance(value, int) and not isinstance(value, bool) and not -(2**31) <= value < 2**31:
+            raise ClientError(f"{name} must fit a 32-bit integer, got {value}", param=name)
     if p.max_tokens is not None:
         max_tokens = p.max_tokens
     else:

@@ -245,3 +245,10 @@ def test_chats_are_rendered_with_the_models_template_minus_bos() -> None:
     keep = TritonBackend("t", TritonSettings(model="m", url="http://127.0.0.1:1", server_adds_bos=False))
     assert keep.prompt(chat) == expected
     assert backend.info.kind == "triton" and not backend.ready()
+
+
+def test_an_integer_extra_past_int32_is_refused_before_it_becomes_a_tensor() -> None:
+    with pytest.raises(ClientError, match="min_tokens must fit a 32-bit integer") as caught:
+        plan("trtllm", completion(extra={"min_tokens": 3_000_000_000}))
+    assert caught.value.param == "min_tokens"
+    assert plan("trtllm", completion(extra={"min_tokens": 2})).fields["min_tokens"] == 2
