@@ -73,15 +73,14 @@ def _stop_on_sigterm() -> None:
 def _triton(args: argparse.Namespace) -> int:
     import shutil
 
+    from deploy.local_ports import refuse_taken
     from deploy.triton_repo import stage_repository
     from deploy.triton_runtime import TritonError, ensure_triton, installed, start_triton
 
-    if installed() is None:
-        print("turnout: installing Triton (nvidia-pytriton) into its own venv, about 30 s ...", flush=True)
-    try:
-        install = ensure_triton()
-    except TritonError as exc:
-        print(f"turnout: {exc}", file=sys.stderr)
+    # Before a first install's 30 s, not after it (start_triton checks again, just before binding).
+    busy = refuse_taken((args.port, args.grpc_port, args.metrics_port), "tritonserver")
+    if busy is not None:
+        print(f"turnout: {busy}", file=sys.stderr)
         return 1
     if args.repo_dir:
         work = Path(args.repo_dir)
@@ -91,7 +90,14 @@ def _triton(args: argparse.Namespace) -> int:
         if work.exists() and any(work.iterdir()) and not (work / "turnout_tiny" / "config.pbtxt").is_file():
             print(f"turnout: --repo-dir {work} is not empty and not a staged repository", file=sys.stderr)
             return 2
-    else:
+    if installed() is None:
+        print("turnout: installing Triton (nvidia-pytriton) into its own venv, about 30 s ...", flush=True)
+    try:
+        install = ensure_triton()
+    except TritonError as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        return 1
+    if not args.repo_dir:
         work = Path(tempfile.mkdtemp(prefix="turnout-triton-"))
     repo = stage_repository(work, args.precision)
     log = Path(args.log) if args.log else None

@@ -313,6 +313,7 @@ def test_cli_bad_log_and_repo_paths_are_messages_and_leave_no_staged_repository(
         (["--log", str(a_file / "x.log")], 1, f"cannot write the log {a_file / 'x.log'}"),
         (["--log", str(tmp_path)], 1, f"cannot write the log {tmp_path}"),
         (["--repo-dir", str(a_file)], 2, f"--repo-dir {a_file} is a file, not a folder"),
+        (["--metrics-port", str(grpc)], 1, f"port {grpc} is given for two of its listeners"),
     ):
         done = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=60, env=env)
         assert done.returncode == code and said in done.stderr, done.stderr
