@@ -454,16 +454,17 @@ def _bare(chunk: Chunk) -> bool:
 
 
 def _text(content: Any) -> str:
-    """A choice's text: a string, null, or a list of text parts (``[{"type": "text", "text": …}]``,
-    which some OpenAI-compatible servers send), joined; anything else is a malformed answer (502)."""
+    """A choice's text: a string, null, or a list of content parts (which some OpenAI-compatible
+    servers send), whose ``text`` parts are joined (other kinds, e.g. a reasoning part, are not
+    the answer's text); anything else is a malformed answer (a 502)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(
-        isinstance(part, dict) and isinstance(part.get("text"), str) for part in content
-    ):
-        return "".join(part["text"] for part in content)
+    if isinstance(content, list) and all(isinstance(part, dict) for part in content):
+        texts = [part.get("text") for part in content if part.get("type", "text") == "text"]
+        if all(isinstance(text, str) for text in texts):
+            return "".join(texts)
     raise TypeError(f"the answer's content is a {type(content).__name__}, not text")
 
 

@@ -435,7 +435,7 @@ async def test_usage_on_choice_chunks_before_or_after_the_finish_is_kept_and_hol
     def usage(completion: int) -> dict[str, int]:
         return {"prompt_tokens": 4, "completion_tokens": completion, "total_tokens": 4 + completion}
 
-    parts = [{"type": "text", "text": "He"}, {"type": "text", "text": "l"}]
+    parts = [{"type": "text", "text": "He"}, {"type": "reasoning", "text": "(thinks)"}, {"text": "l"}]
     payloads = [
         {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "usage": usage(0)},
         {"choices": [{"index": 0, "delta": {"content": parts}}]},
