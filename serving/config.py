@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -248,6 +248,11 @@ def _invalid(source: str, exc: ValidationError) -> ConfigError:
 
 
 def load_config(path: Path) -> GatewayConfig:
+    return parse_config(read_config_file(path), str(path), base_dir=path.resolve().parent)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The file's mapping as written (not yet validated); a ConfigError naming what is wrong."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -260,4 +265,4 @@ def load_config(path: Path) -> GatewayConfig:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
-    return parse_config(data, str(path), base_dir=path.resolve().parent)
+    return data

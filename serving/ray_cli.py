@@ -32,18 +32,24 @@ def serve(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"turnout: --ray needs Ray Serve: {INSTALL_HINT}", file=sys.stderr)
         return 2
-    from serving.config import default_config, load_config
+    from serving.config import default_config, parse_config, read_config_file
     from serving.ray_app import build_from_config
 
     replicas = 1 if args.replicas is None else args.replicas
     if replicas < 1:
         print("turnout: --replicas must be at least 1", file=sys.stderr)
         return 2
+    base_dir: str | None = None
     try:
         if args.config:
-            path = str(Path(args.config).resolve())
-            config = load_config(Path(path))
-            source: Any = path
+            # Every gateway replica gets the mapping read here, not the path: one that restarts
+            # later must not re-read a file edited since (the replicas would disagree), and the
+            # store URL is resolved here, once, as for the default config.
+            path = Path(args.config).resolve()
+            data = read_config_file(path)
+            config = parse_config(data, str(path), base_dir=path.parent)
+            source: Any = {**data, "store": {**(data.get("store") or {}), "url": config.store.url}}
+            base_dir = str(path.parent)  # relative specs: paths resolve against the file's folder
         else:
             config = default_config()
             source = config.model_dump(mode="json")  # the store URL resolved here, once
@@ -84,7 +90,7 @@ def serve(args: argparse.Namespace) -> int:
     }
     try:
         ray_serve.start(http_options={"host": host, "port": port}, logging_config=logging_config)
-        app = build_from_config(config, source, gateway_replicas=replicas)
+        app = build_from_config(config, source, gateway_replicas=replicas, base_dir=base_dir)
         ray_serve.run(app, name="turnout", route_prefix="/", blocking=False, logging_config=logging_config)
         running.set()
         print(f"turnout: Ray Serve gateway on http://{host}:{port} ({replicas} replica(s))", flush=True)

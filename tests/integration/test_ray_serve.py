@@ -353,6 +353,12 @@ def test_killing_an_engine_replica_fails_only_streams_that_had_started(cluster: 
 
 
 def test_killing_a_gateway_replica_loses_no_request_it_had_not_taken(cluster: Cluster) -> None:
+    """Also: the replica Serve starts again keeps the config read at start, not the file as it is
+    now (each replica re-read the path, so an edited file split the replicas' configs)."""
+    config = cluster.ray_dir / "gateway.yaml"
+    as_started = config.read_text()
+    swapped = {"a": fault_variant(cluster.faults["b"]), "b": fault_variant(cluster.faults["a"])}
+    write_config(config, {**swapped, "tiny": {"kind": "embedded"}}, {"chat": {"targets": [{"variant": "a"}]}})
     victim = cluster.actor("TurnoutGateway")
 
     def status() -> int:
@@ -364,6 +370,13 @@ def test_killing_a_gateway_replica_loses_no_request_it_had_not_taken(cluster: Cl
     print(f"{len(results)} requests while killing a gateway replica; failed: {failed}")
     assert len(after) > 20 and all(status == 200 for status in after)
     assert len(failed) <= 4  # at most those in flight on the killed replica when it died
+    _both_replicas_answering(cluster.url)  # the restarted one included
+    served = [_chat(cluster.url) for _ in range(24)]
+    config.write_text(as_started)
+    said = [
+        (r.headers.get("x-turnout-replica"), r.headers.get("x-turnout-variant"), _answer(r)) for r in served
+    ]
+    assert [one for one in said if one[2] != f"answer from {one[1]}"] == []
 
 
 def test_shutdown_leaves_no_ray_process(cluster: Cluster) -> None:
