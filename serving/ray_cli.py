@@ -23,6 +23,7 @@ from serving.errors import ConfigError
 
 INSTALL_HINT = "pip install 'turnout[ray]'"
 SHUTDOWN_S = 20.0
+DRAIN_S = 10.0  # requests in flight at SIGTERM get this long to finish
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -99,7 +100,15 @@ def serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("turnout: stopped while starting", file=sys.stderr)
     finally:
+        served = running.is_set()
         running.set()  # a second Ctrl-C or SIGTERM no longer interrupts the shutdown below
+        if served:
+            # Drain first, as uvicorn does alone: deleting the application stops routing to it
+            # and lets each replica finish what it has in flight (Serve's graceful shutdown);
+            # ray_serve.shutdown() alone killed the proxy with requests still on it.
+            draining = threading.Thread(target=ray_serve.delete, args=("turnout",), daemon=True)
+            draining.start()
+            draining.join(DRAIN_S)
         # Serve's graceful shutdown waits on its controller; cap it, then stop the whole node.
         closing = threading.Thread(target=ray_serve.shutdown, daemon=True)
         closing.start()

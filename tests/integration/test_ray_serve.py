@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -379,11 +380,28 @@ def test_killing_a_gateway_replica_loses_no_request_it_had_not_taken(cluster: Cl
     assert [one for one in said if one[2] != f"answer from {one[1]}"] == []
 
 
-def test_shutdown_leaves_no_ray_process(cluster: Cluster) -> None:
+def test_shutdown_drains_what_is_in_flight_and_leaves_no_ray_process(cluster: Cluster) -> None:
+    """SIGTERM lets a stream in flight finish (it used to be cut: Serve's proxy was killed at once)."""
     cluster.disconnect()
     started = cluster.processes()
     assert any(p.name() in ("raylet", "gcs_server") for p in started), [p.name() for p in started]
+    ended: list[str] = []
+
+    def slow_stream() -> None:
+        body = {"model": "chat", "messages": [{"role": "user", "content": "x"}], "stream": True,
+                "x_fault": "slow_chunks=300"}  # fmt: skip
+        try:
+            with httpx.stream("POST", f"{cluster.url}/v1/chat/completions", json=body, timeout=30) as reply:
+                ended.append(reply.read().decode().rstrip().rsplit("\n", 1)[-1])
+        except httpx.HTTPError as exc:
+            ended.append(repr(exc))
+
+    streaming = threading.Thread(target=slow_stream)
+    streaming.start()
+    time.sleep(1.0)  # the stream is under way
     os.kill(cluster.pid, signal.SIGTERM)
+    streaming.join(60)
+    assert ended == ["data: [DONE]"]
     _, alive = psutil.wait_procs(started, timeout=40)
     assert alive == [], [(p.pid, p.name()) for p in alive]
     leftover = [p.info for p in psutil.process_iter(["pid", "cmdline"])
