@@ -60,6 +60,10 @@ class EngineFigures:
         self.board = board
         self.poll_s = poll_s
         self.latest: dict[str, Figures] = {}
+        # Each engine replica's counts already fed to the histogram, kept across reads that miss
+        # it: a restarted counter answers with nothing for a while, and a replica reporting
+        # again would otherwise be counted anew, its whole history a second time.
+        self._counted: dict[str, dict[str, Mapping[str, Any]]] = {}
         self.observers: dict[str, Callable[[int], None]] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -77,11 +81,13 @@ class EngineFigures:
     def apply(self, read: Mapping[str, Figures]) -> None:
         """Take a read: keep it, and feed each variant's batch observer what was formed since."""
         for variant, replicas in read.items():
+            counted = self._counted.setdefault(variant, {})
             observer = self.observers.get(variant)
             if observer is not None:
-                for size, count in new_batches(self.latest.get(variant, {}), replicas).items():
+                for size, count in new_batches(counted, replicas).items():
                     for _ in range(count):
                         observer(size)
+            counted.update(replicas)
         self.latest = {variant: dict(replicas) for variant, replicas in read.items()}
 
     async def _poll(self) -> None:

@@ -43,3 +43,16 @@ def test_a_read_sums_the_replicas_and_feeds_the_batch_histogram() -> None:
     assert sorted(seen) == [4, 4, 8, 8]
     assert reader.stats("tiny") == {"queue_depth": 3.0, "generated_tokens": 23.0}
     assert reader.stats("other") == {"queue_depth": 0.0, "generated_tokens": 0.0}
+
+
+def test_a_read_without_a_replica_does_not_make_its_history_count_again() -> None:
+    """The rate counter restarted: its first reads miss every replica, then they report again
+    with their cumulative counts, which were fed to the histogram already."""
+    seen: list[int] = []
+    reader = EngineFigures(board=None)
+    reader.observers["tiny"] = seen.append
+    reader.apply({"tiny": {"r1": figures(0, 10, {4: 2})}})
+    reader.apply({})  # the restarted counter knows nothing yet
+    reader.apply({"tiny": {}})
+    reader.apply({"tiny": {"r1": figures(0, 12, {4: 3})}})
+    assert seen == [4, 4, 4]  # two, then the one formed since: not the two again
