@@ -30,6 +30,7 @@ from serving.config import GatewayConfig, default_config
 from serving.errors import TurnoutError
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics, ReplicaFigures, ReplicaStats
+from serving.observations import ObservationLog
 from serving.ratelimit_shared import Limiter
 from serving.route_sync import RouteSync
 from serving.shadow import ShadowTee
@@ -124,10 +125,12 @@ def create_app(
     *,
     backends: Mapping[str, Backend] | None = None,
     limiter: Callable[[GatewayMetrics], Limiter] | None = None,
+    observations: ObservationLog | None = None,
     freeze_heap: bool = False,
 ) -> FastAPI:
     """The gateway app. ``backends`` replaces the adapters of the variants it names (Ray Serve
-    engine handles, ``serving.ray_app``); ``limiter`` builds a rate limiter shared by replicas.
+    engine handles, ``serving.ray_app``); ``limiter`` builds a rate limiter shared by replicas,
+    ``observations`` the canary samples they share.
     ``freeze_heap``: the process is this app's alone (``turnout serve``, a Serve replica), so
     once started, move every object so far out of the garbage collector's sight (``gc.freeze``).
     """
@@ -149,7 +152,7 @@ def create_app(
             hook(metrics.batch_observer(name))
     recorder = ShadowRecorder(config.shadow.recent_differences)
     tee = ShadowTee(backends, metrics, recorder, max_in_flight=config.shadow.max_in_flight)
-    gateway = Gateway(config, backends, metrics, shadows=tee)
+    gateway = Gateway(config, backends, metrics, shadows=tee, observations=observations)
     access = Access(config.auth, metrics, limiter=limiter(metrics) if limiter else None)
     store = RouteStore(config.store.url)
     sync = RouteSync(store, gateway, access, config.store.poll_interval_s)

@@ -71,6 +71,8 @@ class CanaryController:
                 log.exception("canary tick failed")
 
     async def tick(self) -> None:
+        if any(active.spec.canary is not None for active in self._gateway.routes.values()):
+            await self._gateway.observations.sync()  # under Ray: every gateway replica's samples
         for name, active in list(self._gateway.routes.items()):
             plan = active.spec.canary
             if plan is None:

@@ -42,8 +42,10 @@ from deploy.render import ray_serve as rendered
 from deploy.spec import VariantSpec, parse_spec
 from serving.config import GatewayConfig, load_config, parse_config
 from serving.metrics import GatewayMetrics
+from serving.observations import SharedObservationLog
 from serving.ratelimit_shared import Limiter, SharedLimiter
 from serving.ray_deployments import HandleCounter, TurnoutEngine, TurnoutRateCounter
+from serving.routing.canary import Sample
 from serving.routing.spec import RouteSpec, WeightedTarget
 from serving.spec_variants import SpecVariant, variant_settings
 
@@ -127,6 +129,14 @@ class TurnoutGateway:
         replicas = live if isinstance(live, int) and live > 0 else self.replicas
         return SharedLimiter(HandleCounter(self.counter), replicas, metrics.shared_limit_unreachable.inc)
 
+    async def _exchange_samples(
+        self, samples: list[tuple[str, str, Sample]], forgotten: list[str]
+    ) -> dict[tuple[str, str], list[Sample]]:
+        everyone: dict[tuple[str, str], list[Sample]] = await self.counter.observations.remote(
+            samples, forgotten
+        )
+        return everyone
+
     async def _warm(self) -> None:
         """Wait (bounded) until every engine has loaded its model and the counter answers."""
         targets = {COUNTER: self.counter, **{f"engine {name}": h for name, h in self.engines.items()}}
@@ -152,7 +162,10 @@ class TurnoutGateway:
                 kind="ray_serve", engine="onnxruntime-genai", vendor="cpu", accelerator=accelerator
             )
             backends[name] = RayEngineBackend(name, handle, info, figures)
-        app = create_app(self.config, backends=backends, limiter=self._limiter, freeze_heap=True)
+        samples = SharedObservationLog(self._exchange_samples)  # every replica's, for canary judges
+        app = create_app(
+            self.config, backends=backends, limiter=self._limiter, observations=samples, freeze_heap=True
+        )
         replica = serve.get_replica_context().replica_id.unique_id
         return _ReplicaEdge(app, replica, self._warm)
 

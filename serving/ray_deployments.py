@@ -33,6 +33,7 @@ from serving.ratelimit_shared import LocalLimiter
 
 REPORT_EVERY_S = 1.0
 STALE_S = 5.0
+SAMPLES_KEPT = 20_000  # per (route, variant), as serving.observations keeps in one process
 
 
 def _replica_id() -> str:
@@ -114,6 +115,7 @@ class TurnoutRateCounter:
         self.limiter = LocalLimiter()
         self._clock = clock
         self._engines: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
+        self._samples: dict[tuple[str, str], collections.deque[Any]] = {}  # canary judges' (observations)
 
     async def ping(self) -> bool:
         return True
@@ -130,6 +132,21 @@ class TurnoutRateCounter:
                 del replicas[replica]
         found = self._engines.items()
         return {variant: {r: f for r, (_, f) in replicas.items()} for variant, replicas in found}
+
+    async def observations(
+        self, samples: list[tuple[str, str, Any]], forgotten: list[str]
+    ) -> dict[tuple[str, str], list[Any]]:
+        """A gateway replica's new canary samples in, every replica's out (``SharedObservationLog``):
+        so each replica's judge sees the whole route's traffic, not its own share of it."""
+        for route in forgotten:
+            for key in [k for k in self._samples if k[0] == route]:
+                del self._samples[key]
+        for route, variant, sample in samples:
+            window = self._samples.get((route, variant))
+            if window is None:
+                window = self._samples[(route, variant)] = collections.deque(maxlen=SAMPLES_KEPT)
+            window.append(sample)
+        return {key: list(window) for key, window in self._samples.items()}
 
     async def admit(self, key: str, rpm: int | None, tpm: int | None) -> float | None:
         return self.limiter.admit_now(key, rpm, tpm)

@@ -216,6 +216,30 @@ def test_two_gateway_replicas_serve_and_an_ab_flip_reaches_both(cluster: Cluster
     assert [v["version"] for v in history["versions"]][-1] == 2
 
 
+def test_a_canary_is_judged_on_every_gateway_replicas_traffic(cluster: Cluster) -> None:
+    """Each replica's judge used to see only the requests it served: with two replicas a step
+    needing 20 requests waited for about 40 (each judge at ~10/20)."""
+    plan = {"stable": "a", "canary": "b", "steps": [100], "min_requests": 20, "min_duration_s": 0,
+            "gates": [{"metric": "error_rate", "max": 0.5}]}  # fmt: skip
+    made = put_route(cluster.url, "canaried", {"targets": [{"variant": "a"}], "canary": plan})
+    assert made.status_code == 201, made.text
+    served = collections.Counter(
+        _chat(cluster.url, "canaried").headers.get("x-turnout-replica") for _ in range(24)
+    )
+    assert len(served) == 2 and max(served.values()) < 20, served  # neither replica saw 20 alone
+
+    def promoted() -> bool:
+        current = httpx.get(f"{cluster.url}/admin/routes/canaried", headers=admin()).json()
+        return current["spec"]["canary"] is None and current["spec"]["targets"] == [
+            {"variant": "b", "weight": 1.0}
+        ]
+
+    deadline = time.monotonic() + 15
+    while not promoted():
+        assert time.monotonic() < deadline, "the canary was never promoted on the two replicas' 24"
+        time.sleep(0.25)
+
+
 def test_the_embedded_variant_runs_in_its_engine_deployment(cluster: Cluster) -> None:
     reply = _chat(cluster.url, "tiny", max_tokens=5, temperature=0)
     assert reply.status_code == 200 and reply.headers["x-turnout-variant"] == "tiny"
