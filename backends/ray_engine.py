@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -33,6 +34,7 @@ from serving.errors import BackendError, BackendUnavailable, TurnoutError
 
 _ATTEMPTS = 2
 POLL_S = 1.0
+FORGET_S = 600.0  # an engine replica unread this long is gone (far longer than a counter restart)
 log = logging.getLogger("turnout")
 
 Figures = Mapping[str, Mapping[str, Any]]  # engine replica → its figures
@@ -64,6 +66,7 @@ class EngineFigures:
         # it: a restarted counter answers with nothing for a while, and a replica reporting
         # again would otherwise be counted anew, its whole history a second time.
         self._counted: dict[str, dict[str, Mapping[str, Any]]] = {}
+        self._seen: dict[tuple[str, str], float] = {}  # (variant, replica) → when last read
         self.observers: dict[str, Callable[[int], None]] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -78,9 +81,13 @@ class EngineFigures:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def apply(self, read: Mapping[str, Figures]) -> None:
-        """Take a read: keep it, and feed each variant's batch observer what was formed since."""
+    def apply(self, read: Mapping[str, Figures], now: float | None = None) -> None:
+        """Take a read: keep it, and feed each variant's batch observer what was formed since.
+        A replica unread for ``FORGET_S`` (gone: autoscaled down, restarted under a new id) is
+        forgotten, so the baselines do not grow for the gateway's whole life."""
+        now = time.monotonic() if now is None else now
         for variant, replicas in read.items():
+            self._seen.update(dict.fromkeys(((variant, replica) for replica in replicas), now))
             counted = self._counted.setdefault(variant, {})
             observer = self.observers.get(variant)
             if observer is not None:
@@ -88,6 +95,9 @@ class EngineFigures:
                     for _ in range(count):
                         observer(size)
             counted.update(replicas)
+        for variant, replica in [key for key, at in self._seen.items() if now - at > FORGET_S]:
+            del self._seen[(variant, replica)]
+            self._counted.get(variant, {}).pop(replica, None)
         self.latest = {variant: dict(replicas) for variant, replicas in read.items()}
 
     async def _poll(self) -> None:

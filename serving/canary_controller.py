@@ -1,7 +1,8 @@
 """Runs the canary judge on every route with a canary plan, and acts on its verdicts.
 
-A background task of the app: every ``tick_s`` it reads this process's samples for the
-stable and canary variants since the current step began (the step begins when its route
+A background task of the app: every ``tick_s`` it reads the summaries of the samples for the
+stable and canary variants since the current step began (this process's; under Ray Serve every
+gateway replica's, ``serving.observations.SharedObservationLog``) (the step begins when its route
 version was written, or when this process started judging if that is later: samples live in
 memory, so after a restart a step's time and requests count from the restart, never the
 downtime), asks the pure judge (``serving.routing.canary``) for a verdict, and
@@ -26,7 +27,7 @@ from serving.errors import Conflict
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
 from serving.route_sync import RouteSync
-from serving.routing.canary import EvalScores, Verdict, apply, judge, summarize
+from serving.routing.canary import EvalScores, Verdict, apply, judge
 
 log = logging.getLogger("turnout.canary")
 
@@ -71,8 +72,13 @@ class CanaryController:
                 log.exception("canary tick failed")
 
     async def tick(self) -> None:
-        if any(active.spec.canary is not None for active in self._gateway.routes.values()):
-            await self._gateway.observations.sync()  # under Ray: every gateway replica's samples
+        judged: dict[tuple[str, str], float] = {}  # since when each canary's variants are judged
+        for name, active in self._gateway.routes.items():
+            if active.spec.canary is not None:
+                began = max(active.created_at, self._observing_since)
+                judged |= {(name, active.spec.canary.canary): began, (name, active.spec.canary.stable): began}
+        if judged:
+            await self._gateway.observations.sync(judged)  # under Ray: every gateway replica's samples
         for name, active in list(self._gateway.routes.items()):
             plan = active.spec.canary
             if plan is None:
@@ -82,8 +88,8 @@ class CanaryController:
             now = self._wall()
             log_ = self._gateway.observations
             step_began = max(active.created_at, self._observing_since)
-            canary = summarize(log_.since(name, plan.canary, step_began))
-            stable = summarize(log_.since(name, plan.stable, step_began))
+            canary = log_.stats(name, plan.canary, step_began)
+            stable = log_.stats(name, plan.stable, step_began)
             evaluated = self.evals.result(name, plan)
             scores = evaluated if isinstance(evaluated, EvalScores) else None
             verdict = judge(plan, now - step_began, canary, stable, scores)

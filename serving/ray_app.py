@@ -42,10 +42,10 @@ from deploy.render import ray_serve as rendered
 from deploy.spec import VariantSpec, parse_spec
 from serving.config import GatewayConfig, load_config, parse_config
 from serving.metrics import GatewayMetrics
-from serving.observations import SharedObservationLog
+from serving.observations import Key, SharedObservationLog, Tagged
 from serving.ratelimit_shared import Limiter, SharedLimiter
 from serving.ray_deployments import HandleCounter, TurnoutEngine, TurnoutRateCounter
-from serving.routing.canary import Sample
+from serving.routing.canary import WindowStats
 from serving.routing.spec import RouteSpec, WeightedTarget
 from serving.spec_variants import SpecVariant, variant_settings
 
@@ -130,12 +130,10 @@ class TurnoutGateway:
         return SharedLimiter(HandleCounter(self.counter), replicas, metrics.shared_limit_unreachable.inc)
 
     async def _exchange_samples(
-        self, samples: list[tuple[str, str, Sample]], forgotten: list[str]
-    ) -> dict[tuple[str, str], list[Sample]]:
-        everyone: dict[tuple[str, str], list[Sample]] = await self.counter.observations.remote(
-            samples, forgotten
-        )
-        return everyone
+        self, tagged: list[Tagged], judged: dict[Key, float]
+    ) -> dict[Key, WindowStats]:
+        summaries: dict[Key, WindowStats] = await self.counter.observations.remote(tagged, judged)
+        return summaries
 
     async def _warm(self) -> None:
         """Wait (bounded) until every engine has loaded its model and the counter answers."""

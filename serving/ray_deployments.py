@@ -29,11 +29,14 @@ from typing import Any
 
 from backends.base import Chunk, Completion, GenerateRequest
 from backends.settings import EmbeddedSettings
+from serving.observations import Key, SampleId, Tagged
 from serving.ratelimit_shared import LocalLimiter
+from serving.routing.canary import Sample, WindowStats, summarize
 
 REPORT_EVERY_S = 1.0
 STALE_S = 5.0
 SAMPLES_KEPT = 20_000  # per (route, variant), as serving.observations keeps in one process
+SAMPLES_IDLE_S = 300.0
 
 
 def _replica_id() -> str:
@@ -108,6 +111,38 @@ class TurnoutEngine:
             yield chunk
 
 
+class SampleKeeper:
+    """Every gateway replica's canary samples per (route, variant), and their summaries.
+
+    A sample arrives once however often it is sent (its id: the replica and its number; a replica
+    whose exchange timed out sends it again). Each (route, variant) keeps its latest
+    ``SAMPLES_KEPT``; one nobody has judged for ``SAMPLES_IDLE_S`` (its canary ended) is dropped."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._clock = clock
+        self._samples: dict[Key, collections.OrderedDict[SampleId, Sample]] = {}
+        self._asked: dict[Key, float] = {}
+
+    def exchange(self, tagged: list[Tagged], judged: dict[Key, float]) -> dict[Key, WindowStats]:
+        now = self._clock()
+        for route, variant, sample_id, sample in tagged:
+            key = (route, variant)
+            window = self._samples.setdefault(key, collections.OrderedDict())
+            if sample_id not in window:
+                window[sample_id] = sample
+                if len(window) > SAMPLES_KEPT:
+                    window.popitem(last=False)
+            self._asked.setdefault(key, now)
+        self._asked.update(dict.fromkeys(judged, now))
+        for key in [k for k, at in self._asked.items() if now - at > SAMPLES_IDLE_S]:
+            del self._asked[key]
+            self._samples.pop(key, None)
+        return {
+            key: summarize(s for s in self._samples.get(key, {}).values() if s.at >= since)
+            for key, since in judged.items()
+        }
+
+
 class TurnoutRateCounter:
     """The token buckets of every key, shared by all gateway replicas (one replica, in memory)."""
 
@@ -115,7 +150,7 @@ class TurnoutRateCounter:
         self.limiter = LocalLimiter()
         self._clock = clock
         self._engines: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
-        self._samples: dict[tuple[str, str], collections.deque[Any]] = {}  # canary judges' (observations)
+        self.samples = SampleKeeper(clock)  # the canary judges' (serving.observations)
 
     async def ping(self) -> bool:
         return True
@@ -133,20 +168,10 @@ class TurnoutRateCounter:
         found = self._engines.items()
         return {variant: {r: f for r, (_, f) in replicas.items()} for variant, replicas in found}
 
-    async def observations(
-        self, samples: list[tuple[str, str, Any]], forgotten: list[str]
-    ) -> dict[tuple[str, str], list[Any]]:
-        """A gateway replica's new canary samples in, every replica's out (``SharedObservationLog``):
-        so each replica's judge sees the whole route's traffic, not its own share of it."""
-        for route in forgotten:
-            for key in [k for k in self._samples if k[0] == route]:
-                del self._samples[key]
-        for route, variant, sample in samples:
-            window = self._samples.get((route, variant))
-            if window is None:
-                window = self._samples[(route, variant)] = collections.deque(maxlen=SAMPLES_KEPT)
-            window.append(sample)
-        return {key: list(window) for key, window in self._samples.items()}
+    async def observations(self, tagged: list[Tagged], judged: dict[Key, float]) -> dict[Key, WindowStats]:
+        """A gateway replica's new canary samples in, the judge's summaries over every replica's
+        out (``serving.observations.SharedObservationLog``)."""
+        return self.samples.exchange(tagged, judged)
 
     async def admit(self, key: str, rpm: int | None, tpm: int | None) -> float | None:
         return self.limiter.admit_now(key, rpm, tpm)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from backends.ray_engine import EngineFigures, new_batches
+from backends.ray_engine import FORGET_S, EngineFigures, new_batches
 from serving.ray_deployments import STALE_S, TurnoutRateCounter
 
 
@@ -56,3 +56,14 @@ def test_a_read_without_a_replica_does_not_make_its_history_count_again() -> Non
     reader.apply({"tiny": {}})
     reader.apply({"tiny": {"r1": figures(0, 12, {4: 3})}})
     assert seen == [4, 4, 4]  # two, then the one formed since: not the two again
+
+
+def test_a_replica_gone_for_long_is_forgotten_and_one_back_soon_is_not() -> None:
+    seen: list[int] = []
+    reader = EngineFigures(board=None)
+    reader.observers["tiny"] = seen.append
+    reader.apply({"tiny": {"r1": figures(0, 1, {4: 1}), "r2": figures(0, 1, {4: 1})}}, now=0.0)
+    reader.apply({"tiny": {"r2": figures(0, 1, {4: 1})}}, now=FORGET_S + 1)  # r1 autoscaled away
+    assert set(reader._counted["tiny"]) == {"r2"}
+    reader.apply({"tiny": {"r2": figures(0, 2, {4: 2})}}, now=FORGET_S + 2)
+    assert seen == [4, 4, 4]
