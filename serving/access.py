@@ -55,13 +55,15 @@ class Access:
         principal = next((p for key in sent if (p := self.keyring.lookup(key)) is not None), None)
         # A key of Turnout's own shape anywhere, in either header or under another scheme
         # (Basic, as curl -u sends it, a bare key), is never taken as anonymous: it loses its limits.
-        elsewhere = other_credentials(authorization)
+        issued = principal is None and any(
+            looks_issued(key) for key in (*sent, *other_credentials(authorization))
+        )
         principal = authorize_client(
             principal,
             anonymous_allowed=self._settings.anonymous_clients,
             presented=bool(sent),
             authorization=authorization,
-            issued_shape=principal is None and any(looks_issued(key) for key in (*sent, *elsewhere)),
+            issued_shape=issued,
         )
         if principal.rpm is None and principal.tpm is None:
             return principal

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Literal, get_args
 
-# uvicorn's log levels (``serving.config.LogLevel`` is the same list, for the config file).
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+# uvicorn's log levels: --log-level's choices and the config file's server.log_level.
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 
 
 def tcp_port(text: str) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -27,15 +27,12 @@ from sqlalchemy.exc import ArgumentError
 from backends.settings import EmbeddedSettings, VariantSettings
 from deploy import strict_yaml
 from deploy.unknown_keys import unknown_key_message
+from serving.cli_types import LogLevel
 from serving.errors import ConfigError
 from serving.routing.spec import RouteSpec, WeightedTarget, route_name_problem, write_problems
 from serving.spec_variants import SpecVariant, spec_aliases
 
 DEFAULT_MODEL = "turnout-tiny"
-
-
-# uvicorn's (serving.cli_types.LOG_LEVELS, the same list, for --log-level)
-LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 
 
 class ServerSettings(BaseModel):

@@ -181,16 +181,11 @@ class Gateway:
             variant, (first, upstream), attempt_started = await self._attempts(
                 routed, endpoint, started, first_chunk
             )
-        except TurnoutError as exc:
+        except BaseException as exc:  # no stream: the request is out of flight now
             in_flight.dec()
-            resolve(waiting, Answer(exc.status, "", self._clock() - started))
-            raise
-        except asyncio.CancelledError:
-            in_flight.dec()
-            resolve(waiting, Answer(499, "", self._clock() - started))
-            raise
-        except BaseException:
-            in_flight.dec()
+            if isinstance(exc, TurnoutError | asyncio.CancelledError):
+                status = exc.status if isinstance(exc, TurnoutError) else 499
+                resolve(waiting, Answer(status, "", self._clock() - started))
             raise
         first_at = self._clock()
         # The client waited from ``started`` (retries and fallbacks included); the canary judges
