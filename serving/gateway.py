@@ -225,28 +225,28 @@ class Gateway:
             if variant in not_again:  # an overloaded one would only get more load, a refusing one refuse
                 continue
             breaker = self.breakers[variant]
-            if not breaker.allow(self._clock()):
+            attempt_started = self._clock()
+            if not breaker.allow(attempt_started):
                 skipped.append(variant)
                 self._sample(routed, variant, 503, self._clock(), None)  # a canary that can't serve fails
                 continue
             routed.served_by = variant
-            attempt_started = self._clock()
             try:
                 result = await call(self.backends[variant])
             except (BackendError, Overloaded) as exc:
                 if isinstance(exc, Overloaded) or not exc.judges_backend:  # nothing about its health
-                    breaker.release(self._clock())
+                    breaker.release(self._clock(), attempt_started)
                     not_again.add(variant)
                 else:
-                    self._breaker_record(variant, False)
+                    self._breaker_record(variant, False, attempt_started)
                 last_error = self._attempt_failed(routed, variant, exc, attempt_started, failed)
                 continue
             except TurnoutError as exc:  # the request is at fault, not the backend: no retry
-                self._breaker_record(variant, True)
+                self._breaker_record(variant, True, attempt_started)
                 self._observe(routed, variant, endpoint, exc.status, (started, attempt_started), None)
                 raise
             except asyncio.CancelledError as exc:  # the client hung up: the API layer cancelled the work
-                breaker.release(self._clock())  # a cancelled probe says nothing about the backend
+                breaker.release(self._clock(), attempt_started)  # a cancelled probe says nothing
                 if exc.args != (SIBLING_FAILED,):  # not counted: its request's failure already is
                     self._observe(routed, variant, endpoint, 499, (started, attempt_started), None)
                 raise
@@ -254,11 +254,11 @@ class Gateway:
                 # (unhandled, it was a 500 with no fallback tried, and a half-open breaker's probe
                 # slot was never freed: the variant stayed refused for good)
                 log.exception("variant %s failed unexpectedly", variant)
-                self._breaker_record(variant, False)
+                self._breaker_record(variant, False, attempt_started)
                 error = BackendError(f"variant '{variant}' failed: {type(exc).__name__}: {exc}")
                 last_error = self._attempt_failed(routed, variant, error, attempt_started, failed)
                 continue
-            self._breaker_record(variant, True)
+            self._breaker_record(variant, True, attempt_started)
             return variant, result, attempt_started
         if last_error is None:
             now = self._clock()
@@ -313,12 +313,12 @@ class Gateway:
                     delivered += 1 if chunk.text else 0
         except TurnoutError as exc:
             status = exc.status
-            self._breaker_record(variant, not isinstance(exc, BackendError))
+            self._breaker_record(variant, not isinstance(exc, BackendError), started[1])
             raise
         except Exception as exc:  # an adapter bug mid-stream: the client gets an error event (a bad gateway)
             log.exception("variant %s failed unexpectedly mid-stream", variant)
             status = 502
-            self._breaker_record(variant, False)
+            self._breaker_record(variant, False, started[1])
             raise BackendError(f"variant '{variant}' failed mid-stream: {type(exc).__name__}: {exc}") from exc
         except BaseException:
             status = 499  # client went away (cancelled) or the stream was closed early
@@ -352,10 +352,10 @@ class Gateway:
                 waiting.append(future)
         return waiting
 
-    def _breaker_record(self, variant: str, ok: bool) -> None:
+    def _breaker_record(self, variant: str, ok: bool, attempt_started: float) -> None:
         breaker = self.breakers[variant]
         now = self._clock()
-        breaker.record(ok, now)
+        breaker.record(ok, now, attempt_started)
         if ok and variant not in self._flagged:
             return
         is_open = breaker.state(now) != "closed"

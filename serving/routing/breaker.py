@@ -13,6 +13,8 @@ States:
   their failure share reaches ``error_rate``.
 - ``open``: no attempt is allowed until ``cooldown_s`` has passed since it opened; then it is
   ``half_open``. Outcomes recorded while open (requests started before it opened) are ignored.
+  So are those of attempts that started before it last opened and end later, once it is
+  half-open or closed again: a slow request sent to the sick backend is not a probe's answer.
 - ``half_open``: up to ``half_open_probes`` attempts may be in flight at once; each ``allow()``
   that returns True counts as one. A success closes the breaker with a fresh window; a failure
   opens it again with a new cooldown from that moment. The caller must record the outcome of
@@ -81,8 +83,12 @@ class CircuitBreaker:
         self._probes_in_flight += 1
         return True
 
-    def record(self, ok: bool, now: float) -> None:
-        """Record one attempt's outcome (``ok=False`` for a failure the caller counts against the variant)."""
+    def record(self, ok: bool, now: float, started: float | None = None) -> None:
+        """Record one attempt's outcome (``ok=False`` for a failure the caller counts against the
+        variant); ``started``: when that attempt was allowed (an outcome from before the breaker
+        last opened is stale and ignored)."""
+        if self._stale(started):
+            return
         state = self.state(now)
         if state == "half_open":
             if ok:
@@ -115,10 +121,16 @@ class CircuitBreaker:
             return 1.0
         return 0.0
 
-    def release(self, now: float) -> None:
-        """An allowed attempt ended with no outcome to count (cancelled): free its probe slot, if any."""
+    def release(self, now: float, started: float | None = None) -> None:
+        """An allowed attempt ended with no outcome to count (cancelled): free its probe slot, if
+        any (one that started before the breaker last opened held none)."""
+        if self._stale(started):
+            return
         if self.state(now) == "half_open" and self._probes_in_flight > 0:
             self._probes_in_flight -= 1
+
+    def _stale(self, started: float | None) -> bool:
+        return started is not None and self._opened_count > 0 and started < self._opened_at
 
     def _open(self, now: float, reason: str) -> None:
         self._state = "open"

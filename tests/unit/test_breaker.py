@@ -193,3 +193,31 @@ def test_retry_in_is_the_rest_of_the_cooldown_then_the_probes() -> None:
     assert breaker.retry_in(15.0) == 1.0  # its answer decides
     breaker.record(True, 15.2)
     assert breaker.retry_in(15.2) == 0.0
+
+
+def test_a_slow_attempt_from_before_the_opening_is_not_a_probe_answer() -> None:
+    # Sent at 0.5 to the backend that then failed; it answers (well) only once the breaker is
+    # half-open: the probe in flight, not this, decides, and its slot stays taken.
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=2, cooldown_s=10.0))
+    feed(breaker, "xx")  # opens at 1.0
+    assert breaker.allow(11.0)  # the probe
+    breaker.record(True, 11.5, started=0.5)
+    assert breaker.state(11.5) == "half_open"
+    assert not breaker.allow(11.5)  # the probe's slot is still the probe's
+    breaker.release(11.6, started=0.5)  # nor does a stale cancellation free it
+    assert not breaker.allow(11.6)
+    breaker.record(False, 12.0, started=11.0)  # the probe's own answer counts
+    assert breaker.state(12.0) == "open"
+
+
+def test_stale_failures_do_not_count_after_the_breaker_closed_again() -> None:
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=2, cooldown_s=10.0))
+    feed(breaker, "xx")  # opens at 1.0
+    assert breaker.allow(11.0)
+    breaker.record(True, 11.2, started=11.0)  # closed again
+    for t in (11.3, 11.4, 11.5):  # three slow requests from before the opening time out now
+        breaker.record(False, t, started=0.2)
+    assert breaker.state(12.0) == "closed"
+    breaker.record(False, 12.1, started=12.0)  # fresh failures still count
+    breaker.record(False, 12.2, started=12.1)
+    assert breaker.state(12.2) == "open"
