@@ -29,6 +29,7 @@ from deploy.render.trtllm import free_memory_fraction
 from deploy.spec import VariantSpec
 
 ENSEMBLE = "ensemble"
+ENGINE_DIR = "{work}/trtllm-engine"  # where ``trtllm/build.sh`` writes the engine
 # (ensemble input, data type, dims, preprocessing input or None, engine input or None); the
 # first two are required, the rest optional.
 _ENSEMBLE_INPUTS: tuple[tuple[str, str, tuple[int, ...], str | None, str | None], ...] = (
@@ -73,6 +74,35 @@ _PRE_OUTPUTS = (
     ("BAD_WORDS_IDS", "_BAD_WORDS_IDS", "bad_words_list", "TYPE_INT32", (2, -1)),
     ("OUT_END_ID", "_PREPROCESSOR_END_ID", "end_id", "TYPE_INT32", (1,)),
     ("OUT_PAD_ID", "_PREPROCESSOR_PAD_ID", "pad_id", "TYPE_INT32", (1,)),
+)
+# What TensorRT-LLM's ``preprocessing/1/model.py`` reads from its own config at load (the
+# data type of each, by name) or may write, beyond the tensors above: declared as in its
+# reference ``config.pbtxt`` though the ensemble maps none of them, else ``initialize()`` fails
+# on a missing entry (``None['data_type']``) and the whole ensemble stays down.
+_PRE_OTHER_INPUTS = (
+    ("DECODER_QUERY", "TYPE_STRING", (1,)),
+    ("IMAGE_BYTES", "TYPE_UINT8", (-1, -1, -1, -1)),
+    ("IMAGE_URL", "TYPE_STRING", (1,)),
+    ("IMAGES", "TYPE_STRING", (-1,)),
+    ("VIDEO_BYTES", "TYPE_UINT8", (-1, -1, -1, -1)),
+    ("EMBEDDING_BIAS_WORDS", "TYPE_STRING", (-1,)),
+    ("EMBEDDING_BIAS_WEIGHTS", "TYPE_FP32", (-1,)),
+    ("PROMPT_TABLE_EXTRA_ID", "TYPE_UINT64", (1,)),
+)
+_PRE_OTHER_OUTPUTS = (
+    ("DECODER_INPUT_ID", "TYPE_INT32", (-1,)),
+    ("REQUEST_DECODER_INPUT_LEN", "TYPE_INT32", (1,)),
+    ("EMBEDDING_BIAS", "TYPE_FP32", (-1,)),
+    ("OUT_PROMPT_TABLE_EXTRA_IDS", "TYPE_UINT64", (-1,)),
+    ("PIXEL_VALUES", "TYPE_FP16", (-1, -1, -1, -1)),
+    ("ASPECT_RATIO_IDS", "TYPE_INT64", (-1,)),
+    ("ASPECT_RATIO_MASK", "TYPE_INT64", (-1, -1)),
+    ("CROSS_ATTENTION_MASK", "TYPE_INT64", (-1, -1, -1)),
+    ("IMAGE_SIZES", "TYPE_INT64", (-1, 2)),
+    ("IS_VIDEO_INPUT", "TYPE_BOOL", (1,)),
+    ("ATTENTION_MASK", "TYPE_INT64", (-1,)),
+    ("IMAGE_GRID_THW", "TYPE_INT64", (3,)),
+    ("VISION_INPUT_ID", "TYPE_INT32", (-1,)),
 )
 _SCALAR_ENGINE_INPUTS = ("input_lengths", "request_output_len", "end_id", "pad_id")
 _REQUIRED_ENGINE_INPUTS = ("input_ids", "input_lengths", "request_output_len")
@@ -120,16 +150,29 @@ def preprocessing_config(spec: VariantSpec) -> dict[str, Any]:
         for i, (_, dtype, dims, pre, _) in enumerate(_ENSEMBLE_INPUTS)
         if pre is not None
     ]
+    inputs += [tensor(*other, optional=True) for other in _PRE_OTHER_INPUTS]
+    outputs = [tensor(pre, dtype, dims) for pre, _, _, dtype, dims in _PRE_OUTPUTS]
+    outputs += [tensor(*other) for other in _PRE_OTHER_OUTPUTS]
+    source = model_source(spec, container=True)
     return {
         "name": "preprocessing",
         "backend": "python",
         "max_batch_size": spec.batching.max_num_seqs,
         "dynamic_batching": {},
         "input": inputs,
-        "output": [tensor(pre, dtype, dims) for pre, _, _, dtype, dims in _PRE_OUTPUTS],
+        "output": outputs,
         "instance_group": _cpu_instances(),
         "parameters": parameters(
-            {"tokenizer_dir": model_source(spec, container=True), "add_special_tokens": "true"}
+            {
+                "tokenizer_dir": source,
+                "add_special_tokens": "true",
+                # Read unconditionally at load; empty = a text-only model (``visual_model_path``:
+                # the name in TensorRT-LLM releases before the multimodal rename).
+                "multimodal_model_path": "",
+                "visual_model_path": "",
+                "gpt_model_path": ENGINE_DIR.format(work=work_dir(spec)),
+                "hf_model_path": source,
+            }
         ),
     }
 
@@ -155,7 +198,7 @@ def postprocessing_config(spec: VariantSpec) -> dict[str, Any]:
 def _engine_parameters(spec: VariantSpec) -> dict[str, str]:
     values = {
         "gpt_model_type": "inflight_fused_batching",
-        "gpt_model_path": f"{work_dir(spec)}/trtllm-engine",
+        "gpt_model_path": ENGINE_DIR.format(work=work_dir(spec)),
         "max_beam_width": "1",
         "batch_scheduler_policy": "guaranteed_no_evict",
         "kv_cache_free_gpu_mem_fraction": f"{free_memory_fraction(spec):g}",

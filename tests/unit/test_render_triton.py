@@ -90,6 +90,30 @@ def test_trtllm_ensemble_is_wired_consistently() -> None:
     assert {t.name for t in ensemble.output} <= produced
 
 
+# What TensorRT-LLM's own preprocessing/1/model.py (triton_backend/all_models/
+# inflight_batcher_llm, 1.0 and main) looks up in its config in initialize(): a parameter read
+# with model_config['parameters'][...] and the data type of each tensor by name. Missing one,
+# the model fails to load (KeyError, or None['data_type']) and the ensemble with it.
+PREPROCESSING_READS_PARAMETERS = {"tokenizer_dir", "multimodal_model_path"}
+PREPROCESSING_READS_INPUTS = {"EMBEDDING_BIAS_WORDS", "EMBEDDING_BIAS_WEIGHTS"}
+PREPROCESSING_READS_OUTPUTS = {
+    "INPUT_ID", "DECODER_INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_DECODER_INPUT_LEN",
+    "BAD_WORDS_IDS", "STOP_WORDS_IDS", "OUT_END_ID", "OUT_PAD_ID", "OUT_PROMPT_TABLE_EXTRA_IDS",
+    "PIXEL_VALUES", "IMAGE_SIZES",
+}  # fmt: skip
+
+
+def test_trtllm_preprocessing_declares_what_tensorrt_llms_model_py_reads_at_load() -> None:
+    pre = configs(SPECS / "llama3-8b-triton-trtllm-h100.yaml")["preprocessing"]
+    params = {key: value.string_value for key, value in pre.parameters.items()}
+    assert set(params) >= PREPROCESSING_READS_PARAMETERS
+    assert params["multimodal_model_path"] == "" and params["visual_model_path"] == ""  # text only
+    assert params["gpt_model_path"] == "/models/llama3-8b-triton-trtllm/trtllm-engine"
+    assert {t.name for t in pre.input} >= PREPROCESSING_READS_INPUTS
+    assert {t.name for t in pre.output} >= PREPROCESSING_READS_OUTPUTS
+    assert all(t.optional for t in pre.input if t.name not in ("QUERY", "REQUEST_OUTPUT_LEN"))
+
+
 def test_trtllm_engine_parameters() -> None:
     engine = configs(SPECS / "llama3-8b-triton-trtllm-h100.yaml")["tensorrt_llm"]
     assert engine.backend == "tensorrtllm" and engine.model_transaction_policy.decoupled
