@@ -118,6 +118,16 @@ def _pbtxt(spec: VariantSpec, config: dict[str, Any]) -> str:
     return header(spec) + config_text(config)
 
 
+def _rank_command(rank: int, ports: str) -> str:
+    """One MPI rank's tritonserver: rank 0 loads the whole repository (and takes ``run.sh``'s
+    arguments); the others load only the engine model, whose backend they serve as workers."""
+    command = f'  -n 1 tritonserver --model-repository="$REPO" {ports}'
+    if rank > 0:
+        command += " --model-control-mode=explicit --load-model=tensorrt_llm"
+    command += f" --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix{rank}_"
+    return command + (' "$@"' if rank == 0 else "")
+
+
 def _run_script(spec: VariantSpec) -> str:
     ports = f"--http-port {HTTP_PORT} --grpc-port {HTTP_PORT + 1} --metrics-port {HTTP_PORT + 2}"
     body = 'cd "$(dirname "$0")"\nREPO="$PWD/model_repository"\n'
@@ -131,12 +141,13 @@ def _run_script(spec: VariantSpec) -> str:
             "done\n"
         )
         if world > 1:
-            launch = '"$TRTLLM_BACKEND_SRC/scripts/launch_triton_server.py"'
             body += (
-                f"# {world} ranks (TP {spec.tensor_parallel} x PP {spec.pipeline_parallel}): "
-                "TensorRT-LLM's launcher runs tritonserver under MPI.\n"
-                f'exec python3 {launch} --world_size {world} --model_repo "$REPO" '
-                f"--http_port {HTTP_PORT} --grpc_port {HTTP_PORT + 1} --metrics_port {HTTP_PORT + 2}\n"
+                f"# {world} ranks (TP {spec.tensor_parallel} x PP {spec.pipeline_parallel}) under MPI, as "
+                "TensorRT-LLM's scripts/launch_triton_server.py\n# starts them, but run here in the "
+                "foreground (that script spawns mpirun and exits, ending a container).\n"
+                "exec mpirun --allow-run-as-root \\\n"
+                + " : \\\n".join(_rank_command(rank, ports) for rank in range(world))
+                + "\n"
             )
             return shell_script(spec, body)
     return shell_script(spec, body + f'exec tritonserver --model-repository "$REPO" {ports} "$@"\n')

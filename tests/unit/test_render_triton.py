@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,40 @@ def test_trtllm_run_script_fetches_tensorrt_llms_python_models() -> None:
     run = str(files["triton/run.sh"])
     assert "all_models/inflight_batcher_llm/$step/1/model.py" in run
     assert "exec tritonserver --model-repository" in run
+
+
+def test_trtllm_with_two_ranks_runs_mpirun_in_the_foreground(tmp_path: Path) -> None:
+    """TensorRT-LLM's launch_triton_server.py starts mpirun with Popen and returns: as a
+    container's main process it ended the container at once. run.sh now execs mpirun itself;
+    a stand-in mpirun on PATH shows what it would get."""
+    spec_text = (SPECS / "llama3-8b-triton-trtllm-h100.yaml").read_text()
+    spec_path = tmp_path / "tp2.yaml"
+    spec_path.write_text(spec_text.replace("dtype: bf16", "dtype: bf16\ntensor_parallel: 2"))
+    out = tmp_path / "out"
+    for name, content in render(load_spec(spec_path), "triton").items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(str(content))
+    src = tmp_path / "trtllm_backend"
+    for step in ("preprocessing", "postprocessing"):
+        (src / "all_models" / "inflight_batcher_llm" / step / "1").mkdir(parents=True)
+        (src / "all_models" / "inflight_batcher_llm" / step / "1" / "model.py").write_text("# theirs\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mpirun").write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    (bin_dir / "mpirun").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TRTLLM_BACKEND_SRC": str(src)}
+    ran = subprocess.run(["sh", str(out / "triton" / "run.sh"), "--log-verbose=1"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    args = ran.stdout.splitlines()
+    ranks = " ".join(args).split(" : ")
+    assert args[0] == "--allow-run-as-root" and len(ranks) == 2
+    repo = f"--model-repository={out / 'triton' / 'model_repository'}"
+    assert ranks[0].split().count("tritonserver") == 1 and "--model-repository" in ranks[0]
+    assert str(out / "triton" / "model_repository") in ranks[0] and repo.split("=")[1] in ranks[1]
+    assert ranks[0].endswith("--log-verbose=1")  # run.sh's own arguments go to rank 0
+    assert "--load-model=tensorrt_llm" in ranks[1] and "--load-model" not in ranks[0]
+    assert "shm-region-prefix-name=prefix0_" in ranks[0] and "prefix1_" in ranks[1]
+    assert (out / "triton/model_repository/preprocessing/1/model.py").read_text() == "# theirs\n"
 
 
 def test_every_config_round_trips_through_the_protobuf() -> None:
