@@ -59,14 +59,16 @@ class ChatTemplate:
 
 
 def text_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with each content as one string: text parts joined, no content as ""."""
+    """``messages`` with each content as one string: text parts joined by newlines (as vLLM
+    joins them for a template that takes a string, so a vLLM variant and this engine read the
+    same prompt), no content as ""."""
     flat = []
     for number, message in enumerate(messages):
         content = message.get("content")
         if isinstance(content, str):
             flat.append(message)
             continue
-        text = ""
+        texts = []
         for index, part in enumerate(content or ()):
             if part.get("type") != "text":
                 raise ClientError(
@@ -80,8 +82,8 @@ def text_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     param=f"messages.{number}.content.{index}.text",
                     code="invalid_value",
                 )
-            text += part["text"]
-        flat.append({**message, "content": text})
+            texts.append(part["text"])
+        flat.append({**message, "content": "\n".join(texts)})
     return flat
 
 

@@ -1,7 +1,8 @@
 """Messages as clients send them → the prompt the shipped model's template renders.
 
 ``ChatTemplate.render`` gets the messages whole (OpenAI-compatible upstreams need tool calls,
-ids and content parts as sent), so it joins text parts and refuses any other part itself.
+ids and content parts as sent), so it joins text parts (by newlines, as vLLM does) and refuses
+any other part itself.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from serving.errors import ClientError
 from serving.protocol import ChatCompletionRequest
 
 
-def test_text_parts_are_joined_and_no_content_is_empty() -> None:
+def test_text_parts_are_joined_by_newlines_as_vllm_joins_them_and_no_content_is_empty() -> None:
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "12+"}, {"type": "text", "text": "34="}]},
         {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
         {"role": "tool", "tool_call_id": "c1", "content": "46"},
     ]
     flat = text_messages(messages)
-    assert [m["content"] for m in flat] == ["12+34=", "", "46"]
+    assert [m["content"] for m in flat] == ["12+\n34=", "", "46"]
     assert (
         flat[1]["tool_calls"] == [{"id": "c1"}] and flat[2]["tool_call_id"] == "c1"
     )  # kept for the template
@@ -31,7 +32,7 @@ def test_the_shipped_template_renders_parts_like_a_string() -> None:
     template = ChatTemplate.from_folder(hf_dir())
     assert template is not None
     parts = [{"role": "user", "content": [{"type": "text", "text": "12+"}, {"type": "text", "text": "34="}]}]
-    assert template.render(parts) == template.render([{"role": "user", "content": "12+34="}])
+    assert template.render(parts) == template.render([{"role": "user", "content": "12+\n34="}])
 
 
 def test_a_developer_message_is_a_system_message_to_a_template_that_knows_only_system() -> None:
