@@ -18,7 +18,9 @@ FinishReason = Literal["stop", "length", "cancelled", "error"]
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Decoding settings; ``temperature == 0`` (or None with no top_p/top_k) means greedy."""
+    """Decoding settings; ``temperature == 0`` means greedy. None is the backend's or model's
+    default (the embedded engine: the model's, greedy for the shipped one, except that a
+    request setting top_p or top_k samples at temperature 1, as OpenAI and vLLM would)."""
 
     max_tokens: int | None = None
     temperature: float | None = None

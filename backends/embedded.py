@@ -110,6 +110,12 @@ class EmbeddedBackend:
     def encode_prompt(self, request: GenerateRequest) -> np.ndarray:
         """The token ids the model reads: a text prompt gets BOS first, a token-id prompt is as sent."""
         model = self._loaded()
+        try:
+            return self._encode(model, request)
+        except ValueError as exc:  # text the tokenizer cannot read
+            raise ClientError(str(exc), param="messages" if request.kind == "chat" else "prompt") from exc
+
+    def _encode(self, model: GenAIModel, request: GenerateRequest) -> np.ndarray:
         if request.kind == "chat":
             if self._template is None:
                 raise ClientError("this model has no chat template; use /v1/completions", param="messages")
@@ -186,8 +192,11 @@ class EmbeddedBackend:
             yield await self._score_prompt(request, prompt, options)
             return
         params = request.params
-        if params.temperature is None:
-            params = replace(params, temperature=self._loaded().default_temperature)
+        if params.temperature is None:  # the model's default; a top_p/top_k asks to sample
+            default = self._loaded().default_temperature
+            if default == 0.0 and (params.top_p is not None or params.top_k is not None):
+                default = 1.0  # OpenAI's and vLLM's default temperature
+            params = replace(params, temperature=default)
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[Event] = asyncio.Queue()
         seq: Sequence

@@ -206,9 +206,29 @@ class GenAIModel:
         self._tokenizer_json = _read_json(tokenizer_path) if tokenizer_path.is_file() else {}
         # Each token's text from a table where the tokenizer allows it (backends.token_text).
         self._token_text = TokenText.from_tokenizer_json(self._tokenizer_json, self.vocab_size)
+        # The library takes text as a C string, which ends at a NUL: text after one was dropped
+        # (in chat, the template's own turn markers and every later message with it).
+        pieces = self._token_text.pieces if self._token_text is not None else ()
+        self._nul_id = next((i for i, piece in enumerate(pieces) if piece == b"\x00"), None)
 
     def encode(self, text: str) -> np.ndarray:
-        return self.model.encode(text)
+        """The token ids of ``text`` (no BOS). A NUL character is its own byte token between the
+        encoded parts around it, as a byte-level BPE with no merge across it reads the text
+        whole; a tokenizer without such a token cannot take it (ValueError)."""
+        if "\x00" not in text:
+            return self.model.encode(text)
+        if self._nul_id is None:
+            raise ValueError(
+                "the text holds a NUL character (U+0000), which this model's tokenizer cannot read"
+            )
+        nul = np.array([self._nul_id], dtype=np.int32)
+        parts: list[np.ndarray] = []
+        for index, part in enumerate(text.split("\x00")):
+            if index:
+                parts.append(nul)
+            if part:
+                parts.append(self.model.encode(part))
+        return np.concatenate(parts)
 
     def decode(self, ids: np.ndarray) -> str:
         return self.model.decode(ids)
@@ -272,8 +292,10 @@ class GenAIModel:
             options.update(do_sample=True, temperature=float(first.temperature or 1.0))
             if first.top_p is not None:
                 options["top_p"] = float(first.top_p)
-            if first.top_k is not None:  # past the vocabulary means every token, as vLLM reads it
-                options["top_k"] = min(int(first.top_k), self.vocab_size)
+            # Past the vocabulary, or unset (the library's default is 50), means every token, as
+            # vLLM and OpenAI read it.
+            top_k = self.vocab_size if first.top_k is None else min(int(first.top_k), self.vocab_size)
+            options["top_k"] = top_k
             # The library's seed is an int32: a 64-bit one is folded in (seeds below 2**31 unchanged).
             seed = first.seed if first.seed is not None else time.time_ns()
             options["random_seed"] = seed % _SEED_RANGE

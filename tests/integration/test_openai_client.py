@@ -125,6 +125,42 @@ def test_any_int64_seed_and_a_top_k_past_the_vocabulary_sample(gateway_url: str)
     assert text(top_k=600, seed=3) == text(top_k=0, seed=3)  # every token, like vLLM
 
 
+def test_an_unset_top_k_means_every_token_and_top_p_alone_samples(gateway_url: str) -> None:
+    """The library's own default top_k (50) applied whenever a request set none (or -1/0); and
+    top_p or top_k without a temperature was greedy, as the model's default is."""
+
+    def text(**sampling: object) -> str:
+        body = {"model": "turnout-tiny", "prompt": "", "max_tokens": 60, **sampling}
+        reply = httpx.post(f"{gateway_url}/v1/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        return str(reply.json()["choices"][0]["text"])
+
+    differs_from_top_50 = 0
+    for seed in range(1, 6):
+        every = text(temperature=2.0, seed=seed, top_k=512)
+        assert text(temperature=2.0, seed=seed) == every
+        assert text(temperature=2.0, seed=seed, top_k=-1) == every
+        differs_from_top_50 += text(temperature=2.0, seed=seed, top_k=50) != every
+    assert differs_from_top_50 >= 1
+    greedy = text()
+    assert text(top_p=0.9, seed=5) == text(top_p=0.9, temperature=1.0, seed=5) != greedy
+    assert text(top_k=100, seed=5) == text(top_k=100, temperature=1.0, seed=5) != greedy
+
+
+def test_a_nul_character_does_not_cut_the_prompt_short(client: openai.OpenAI) -> None:
+    """The engine's tokenizer reads C strings: everything after a NUL was dropped, in chat the
+    template's own turn markers and every later message with it."""
+
+    def prompt_tokens(*contents: str) -> int:
+        messages = [{"role": "user", "content": content} for content in contents]
+        reply = client.chat.completions.create(model="turnout-tiny", messages=messages, max_tokens=1)  # type: ignore[arg-type]
+        assert reply.usage is not None
+        return reply.usage.prompt_tokens
+
+    assert prompt_tokens("12+34=\x00") == prompt_tokens("12+34=") + 1
+    assert prompt_tokens("\x00", "12+34=") == prompt_tokens("", "12+34=") + 1
+
+
 def test_explicit_nulls_mean_the_defaults(gateway_url: str) -> None:
     """OpenAI's schema allows null for ``stream`` and ``include_usage``; some clients send it."""
     body = {"model": "turnout-tiny", "prompt": "12+34=", "max_tokens": 4, "stream": None}

@@ -175,3 +175,14 @@ def test_the_token_table_decodes_as_the_library_stream_does(folder: Path) -> Non
         assert [table.decode(int(t)) for t in ids] == [library.decode(int(t)) for t in ids]
     for token in range(6):  # <pad> <s> </s> and the chat markers: no text, as in the library
         assert model.text_stream().decode(token) == model.model.stream().decode(token) == ""
+
+
+def test_text_with_nul_characters_is_encoded_whole_as_the_hf_tokenizer_does(folder: Path) -> None:
+    """The library reads text as a C string: a NUL ended it, silently dropping the rest (in chat,
+    the template's turn markers and every later message)."""
+    tokenizers = pytest.importorskip("tokenizers", reason="the reference tokenizer: pip install tokenizers")
+    reference = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    model = GenAIModel(folder)
+    for text in ["12+34=\x00", "a\x00b", "\x00", "\x00\x00the red", "x \x00y", "=\x00+(", "café\x00☕ end"]:
+        expected = reference.encode(text, add_special_tokens=False).ids
+        assert model.encode(text).tolist() == expected, repr(text)
