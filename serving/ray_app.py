@@ -7,7 +7,9 @@ reached over HTTP/gRPC from each gateway replica as before. ``TurnoutRateCounter
 per-key rate limits every gateway replica shares (``serving.ratelimit_shared``). Every gateway
 replica polls the same route store (``store.url``: SQLite on one node, PostgreSQL across
 nodes), so an admin change made through any replica reaches all of them within the poll
-interval. Each response names the replica that served it in ``x-turnout-replica``.
+interval. Each response names the replica that served it in ``x-turnout-replica``. A scrape of
+``/metrics`` answers for every gateway replica, each series labelled ``gateway_replica``
+(``serving.metrics_merge``), whichever replica Serve's proxy sent it to.
 
 A gateway replica reports ready only after its engine deployments have loaded their models and
 the rate counter has answered (``_ReplicaEdge``), so the first requests never pay for either.
@@ -30,6 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import generate_latest
 from pydantic import HttpUrl
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -42,6 +45,7 @@ from deploy.render import ray_serve as rendered
 from deploy.spec import VariantSpec, parse_spec
 from serving.config import GatewayConfig, load_config, parse_config
 from serving.metrics import GatewayMetrics
+from serving.metrics_merge import merge_pages
 from serving.observations import Key, SharedObservationLog, Tagged
 from serving.ratelimit_shared import Limiter, SharedLimiter
 from serving.ray_deployments import HandleCounter, TurnoutEngine, TurnoutRateCounter
@@ -62,6 +66,8 @@ DEFAULT_MIN_ENGINES = 1
 DEFAULT_MAX_ENGINES = 2
 HEALTH_CHECK_S = 2.0
 WARM_TIMEOUT_S = 120.0  # a gateway replica waits this long for its engines before serving anyway
+PAGE_EVERY_S = 2.0  # each gateway replica publishes its /metrics page this often (and on a scrape)
+PAGE_TIMEOUT_S = 2.0
 
 
 class _ReplicaEdge:
@@ -121,6 +127,9 @@ class TurnoutGateway:
         self.engines = dict(engines)
         self.counter = counter
         self.replicas = replicas
+        self.replica = "local"  # Serve's id of this replica, once the app is built
+        self._metrics: GatewayMetrics | None = None
+        self._publishing: asyncio.Task[None] | None = None
 
     def _limiter(self, metrics: GatewayMetrics) -> Limiter:
         # The deployment's own replica count (an edited serve config included) divides the
@@ -147,6 +156,35 @@ class TurnoutGateway:
                 log.warning("gateway replica: %s not ready after start (%s)", name, why)
 
         await asyncio.gather(*(ping(name, handle) for name, handle in targets.items()))
+        if self._publishing is None:
+            self._publishing = asyncio.get_running_loop().create_task(self._publish_pages())
+
+    def _own_page(self) -> str:
+        assert self._metrics is not None  # set when the app was built
+        page: bytes = generate_latest(self._metrics.registry)
+        return page.decode()
+
+    async def _exchange_pages(self, page: str) -> dict[str, str]:
+        """This replica's page in, every live gateway replica's out (this one's at least)."""
+        try:
+            pages: dict[str, str] = await asyncio.wait_for(
+                self.counter.metrics_pages.remote(self.replica, page), PAGE_TIMEOUT_S
+            )
+        except Exception as exc:  # the counter restarting: this replica's page alone
+            log.debug("gateway pages not exchanged: %s", exc)
+            pages = {}
+        pages[self.replica] = page
+        return pages
+
+    async def _publish_pages(self) -> None:
+        while True:
+            await asyncio.sleep(PAGE_EVERY_S)
+            await self._exchange_pages(self._own_page())
+
+    async def _merged_page(self, own: bytes) -> bytes:
+        """The answer to a scrape: every gateway replica's series (``serving.metrics_merge``)."""
+        text = own.decode()
+        return merge_pages(text, await self._exchange_pages(text))
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from serving.app import create_app
@@ -165,6 +203,10 @@ class TurnoutGateway:
             self.config, backends=backends, limiter=self._limiter, observations=samples, freeze_heap=True
         )
         replica = serve.get_replica_context().replica_id.unique_id
+        self.replica = str(replica)
+        state = app.state.turnout
+        self._metrics = state.metrics
+        state.metrics_page = self._merged_page  # a scrape answers for every gateway replica
         return _ReplicaEdge(app, replica, self._warm)
 
 

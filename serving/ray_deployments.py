@@ -13,6 +13,10 @@ replica that is gone), and every gateway replica reads them from there
 straight from the engines, because a call through a deployment handle reaches one replica of
 Serve's choosing (the least busy), so polling the engines would miss the busy ones.
 
+Gateway pages: every gateway replica publishes its own ``/metrics`` page here every
+``serving.ray_app.PAGE_EVERY_S`` and on each scrape it answers, and gets every live replica's
+back (:meth:`TurnoutRateCounter.metrics_pages`), so any replica can answer a scrape for all.
+
 Plain classes: ``serving.ray_app`` turns them into deployments with ``serve.deployment``, so
 they stay typed and can be exercised without Ray.
 """
@@ -35,6 +39,7 @@ from serving.routing.canary import Sample, WindowStats, summarize
 
 REPORT_EVERY_S = 1.0
 STALE_S = 5.0
+PAGE_STALE_S = 10.0  # a gateway replica's /metrics page not refreshed this long: the replica is gone
 SAMPLES_KEPT = 20_000  # per (route, variant), as serving.observations keeps in one process
 SAMPLES_IDLE_S = 300.0
 
@@ -151,6 +156,7 @@ class TurnoutRateCounter:
         self._clock = clock
         self._engines: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
         self.samples = SampleKeeper(clock)  # the canary judges' (serving.observations)
+        self._pages: dict[str, tuple[float, str]] = {}  # gateway replica → (when, its /metrics page)
 
     async def ping(self) -> bool:
         return True
@@ -167,6 +173,15 @@ class TurnoutRateCounter:
                 del replicas[replica]
         found = self._engines.items()
         return {variant: {r: f for r, (_, f) in replicas.items()} for variant, replicas in found}
+
+    async def metrics_pages(self, replica: str, page: str) -> dict[str, str]:
+        """A gateway replica's latest ``/metrics`` page in; every live replica's out (those that
+        published within ``PAGE_STALE_S``), for the merged page (``serving.metrics_merge``)."""
+        now = self._clock()
+        self._pages[replica] = (now, page)
+        for gone in [r for r, (at, _) in self._pages.items() if now - at > PAGE_STALE_S]:
+            del self._pages[gone]
+        return {r: text for r, (_, text) in self._pages.items()}
 
     async def observations(self, tagged: list[Tagged], judged: dict[Key, float]) -> dict[Key, WindowStats]:
         """A gateway replica's new canary samples in, the judge's summaries over every replica's

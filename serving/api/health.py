@@ -25,4 +25,7 @@ async def ready(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     state: AppState = request.app.state.turnout
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    page = generate_latest(state.metrics.registry)
+    if state.metrics_page is not None:
+        page = await state.metrics_page(page)
+    return Response(page, media_type=CONTENT_TYPE_LATEST)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from serving.access import Access
@@ -26,3 +27,6 @@ class AppState:
     canary: CanaryController | None = None
     # Spec name → variant id of spec-declared variants: admin writes may name them either way.
     variant_aliases: dict[str, str] = field(default_factory=dict)
+    # Under Ray Serve: this replica's /metrics page → the page for every gateway replica
+    # (``serving.ray_app``); None: the page as it is.
+    metrics_page: Callable[[bytes], Awaitable[bytes]] | None = None

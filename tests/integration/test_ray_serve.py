@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -27,6 +28,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from backends.fault import FaultServer
 from serving.auth import hash_key, key_prefix, new_key
@@ -184,16 +186,29 @@ def _applied_within(url: str, expected: str, since: float, timeout: float = 5.0)
     raise AssertionError(f"not applied by both replicas within {timeout}s: {collections.Counter(seen)}")
 
 
+def _samples(page: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """The samples of ``name`` (``metric`` or ``metric{label="value",…}``, labels to match) on a page."""
+    wanted_name, _, rest = name.partition("{")
+    wanted = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    return [
+        (dict(s.labels), s.value)
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+        if s.name == wanted_name and all(s.labels.get(k) == v for k, v in wanted.items())
+    ]
+
+
 def _metric_per_replica(url: str, name: str) -> dict[str, float]:
-    """``name``'s value on each gateway replica (scraped 4 at a time until both have answered);
-    a replica whose page lacks the sample is left out."""
+    """``name``'s value per gateway replica: a series each replica counts itself from its
+    ``gateway_replica`` label (any replica's page holds every replica's), the engines' shared
+    figures (no such label) as each replica answering a scrape shows them (scraped 4 at a time
+    until both have answered)."""
     values: dict[str, float] = {}
 
     def scrape(_: int) -> None:
         reply = httpx.get(f"{url}/metrics", timeout=10)
-        line = next((line for line in reply.text.splitlines() if line.startswith(name + " ")), None)
-        if line is not None:
-            values[reply.headers["x-turnout-replica"]] = float(line.split()[-1])
+        for labels, value in _samples(reply.text, name):
+            values[labels.get("gateway_replica", reply.headers["x-turnout-replica"])] = value
 
     with ThreadPoolExecutor(4) as pool:
         for _ in range(20):
@@ -201,6 +216,34 @@ def _metric_per_replica(url: str, name: str) -> dict[str, float]:
             if len(values) == 2:
                 break
     return values
+
+
+def test_any_replicas_metrics_page_counts_every_replicas_requests(cluster: Cluster) -> None:
+    """Serve's proxy sends each scrape to one gateway replica; each used to show only its own
+    counts, so a Prometheus scraping the proxy saw the counters jump between replicas' values."""
+
+    def served() -> tuple[str, dict[str, float]]:
+        reply = httpx.get(f"{cluster.url}/metrics", timeout=10)
+        by_replica: dict[str, float] = collections.defaultdict(float)
+        for labels, value in _samples(reply.text, 'turnout_requests_total{route="chat",status="200"}'):
+            by_replica[labels["gateway_replica"]] += value
+        return reply.headers["x-turnout-replica"], dict(by_replica)
+
+    time.sleep(3)  # every replica has published what it served before (each does every 2 s)
+    before = sum(served()[1].values())
+    seen = _answers(cluster.url, 20)
+    assert sum(seen.values()) == 20 and len({replica for replica, _ in seen}) == 2
+    deadline = time.monotonic() + 10
+    pages: dict[str, dict[str, float]] = {}  # answering replica → what its page counted
+    with ThreadPoolExecutor(4) as pool:  # 4 at a time: one alone keeps finding the same replica
+        while len(pages) < 2 and time.monotonic() < deadline:
+            for replica, counted in pool.map(lambda _: served(), range(4)):
+                if sum(counted.values()) == before + 20:
+                    pages[replica] = counted
+            time.sleep(0.2)
+    assert len(pages) == 2, f"both replicas' pages should count all 20 within 10 s: {pages}"
+    first, second = pages.values()
+    assert first == second and len(first) == 2  # the same figures whichever replica answers
 
 
 def test_two_gateway_replicas_serve_and_an_ab_flip_reaches_both(cluster: Cluster) -> None:
@@ -248,8 +291,13 @@ def test_the_embedded_variant_runs_in_its_engine_deployment(cluster: Cluster) ->
     with httpx.stream("POST", f"{cluster.url}/v1/completions", json=body, timeout=30) as stream:
         events = [line for line in stream.iter_lines() if line.startswith("data: ")]
     assert len(events) >= 3 and events[-1] == "data: [DONE]"
-    metrics = httpx.get(f"{cluster.url}/metrics").text
-    assert 'turnout_variant_info{accelerator="cpu-x86",engine="onnxruntime-genai",kind="ray_serve"' in metrics
+    info = _samples(httpx.get(f"{cluster.url}/metrics").text, 'turnout_variant_info{variant="tiny"}')
+    assert info and all(
+        labels["kind"] == "ray_serve"
+        and labels["engine"] == "onnxruntime-genai"
+        and labels["accelerator"] == "cpu-x86"
+        for labels, _ in info
+    ), info
 
 
 def test_the_engine_figures_reach_every_gateway_replicas_metrics(cluster: Cluster) -> None:
