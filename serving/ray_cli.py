@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,24 @@ from serving.errors import ConfigError
 INSTALL_HINT = "pip install 'turnout[ray]'"
 SHUTDOWN_S = 20.0
 DRAIN_S = 10.0  # requests in flight at SIGTERM get this long to finish
+READY_WAIT_S = 60.0
+
+
+def _wait_until_ready(host: str, port: int, stop: threading.Event) -> bool:
+    """Until the gateway's ``/ready`` answers 200 through Serve's proxy (or ``stop``, or the wait's end)."""
+    import httpx
+
+    probe_host = "127.0.0.1" if host in ("", "0.0.0.0") else ("::1" if host == "::" else host)
+    url = f"http://[{probe_host}]:{port}/ready" if ":" in probe_host else f"http://{probe_host}:{port}/ready"
+    deadline = time.monotonic() + READY_WAIT_S
+    while time.monotonic() < deadline and not stop.is_set():
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        stop.wait(0.2)
+    return stop.is_set()
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -94,6 +113,10 @@ def serve(args: argparse.Namespace) -> int:
         app = build_from_config(config, source, gateway_replicas=replicas, base_dir=base_dir)
         ray_serve.run(app, name="turnout", route_prefix="/", blocking=False, logging_config=logging_config)
         running.set()
+        # serve.run returns before Serve's proxy has learned the route: for a few seconds it
+        # answered every request with its own text/plain 404. Say it is up once it serves.
+        if not _wait_until_ready(host, port, stop):
+            print(f"turnout: /ready did not answer 200 within {READY_WAIT_S:g} s", file=sys.stderr)
         print(f"turnout: Ray Serve gateway on http://{host}:{port} ({replicas} replica(s))", flush=True)
         while not stop.wait(0.5):
             pass
