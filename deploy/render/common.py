@@ -103,6 +103,18 @@ def labels(spec: VariantSpec, component: str) -> dict[str, str]:
     }
 
 
+def selector_labels(spec: VariantSpec, component: str) -> dict[str, str]:
+    """The labels that select ``spec``'s pods of ``component`` (Deployment, Service, PodMonitor).
+
+    Stable across spec edits: no variant id. A Deployment's ``spec.selector`` is immutable in
+    apps/v1, so a selector holding the id (a hash of the spec) would make ``kubectl apply`` of an
+    edited variant fail; the id stays a pod template label and annotation, so an edit still rolls
+    the pods, and during the rollout old and new pods both match (the Service serves both).
+    ``component`` keeps the engine's selectors off the same variant's Ray pods.
+    """
+    return {"app.kubernetes.io/name": spec.name, "app.kubernetes.io/component": component}
+
+
 def variant_annotations(spec: VariantSpec) -> dict[str, str]:
     return {
         VARIANT_LABEL: spec.id,

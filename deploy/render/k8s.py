@@ -3,7 +3,9 @@
 Off the request path (``turnout deploy render --target k8s`` writes ``k8s/deployment.yaml``,
 ``k8s/service.yaml``, ``k8s/rayservice.yaml``, for TensorRT-LLM ``k8s/configmap.yaml`` and, for an
 autoscaled vLLM spec, ``k8s/scaledobject.yaml`` and ``k8s/podmonitor.yaml``).
-Every object carries the label and annotation ``turnout.dev/variant-id: <spec id>``; pod
+Every object and pod template carries the label and annotation ``turnout.dev/variant-id: <spec
+id>``, but nothing selects on it: selectors use ``common.selector_labels`` (name + component), which
+an edit of the spec does not change (a Deployment's selector is immutable). Pod
 resources, devices, TPU selectors, volumes and probes follow ``deploy.render.k8s_pods``.
 
 The engine container, per engine:
@@ -51,6 +53,7 @@ from deploy.render.common import (
     labels,
     object_metadata,
     ray_image,
+    selector_labels,
     to_yaml,
     variant_annotations,
     work_dir,
@@ -122,14 +125,13 @@ def deployment(spec: VariantSpec) -> dict[str, Any]:
     volumes = pods.volumes()
     if spec.engine == "trtllm":
         volumes.append({"name": "trtllm-options", "configMap": {"name": f"{spec.name}-trtllm"}})
-    selector = {"app.kubernetes.io/name": spec.name, "turnout.dev/variant-id": spec.id}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": object_metadata(spec, spec.name, "engine"),
         "spec": {
             "replicas": spec.replicas,
-            "selector": {"matchLabels": selector},
+            "selector": {"matchLabels": selector_labels(spec, "engine")},
             "template": {
                 "metadata": {"labels": labels(spec, "engine"), "annotations": variant_annotations(spec)},
                 "spec": {
@@ -151,7 +153,7 @@ def service(spec: VariantSpec) -> dict[str, Any]:
         "metadata": object_metadata(spec, spec.name, "engine"),
         "spec": {
             "type": "ClusterIP",
-            "selector": {"app.kubernetes.io/name": spec.name, "turnout.dev/variant-id": spec.id},
+            "selector": selector_labels(spec, "engine"),
             "ports": ports,
         },
     }

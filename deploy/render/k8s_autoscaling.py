@@ -16,10 +16,12 @@ KEDA asks (edit it for your cluster).
 
 The model name alone does not say whose load it is: two variants of one model (an A/B of the
 same weights on two accelerators, a canary) serve the same name, and each would scale on the
-sum of both. So the PodMonitor copies the pods' variant-id label onto every series it scrapes
-(``podTargetLabels``), and the query keeps this variant's. The Prometheus must select the
-PodMonitor (kube-prometheus-stack's default ``podMonitorSelector`` wants its ``release`` label:
-add it); with ``min_replicas`` of 1 or more, the trigger refuses empty results
+sum of both. So the PodMonitor (selecting the Deployment's pods by their stable name and
+component labels) copies the pods' variant-id label onto every series it scrapes
+(``podTargetLabels``), and the query keeps this variant's. While an edited spec rolls out, the
+old pods' series carry the old id: the query counts the pods of the spec as applied. The
+Prometheus must select the PodMonitor (kube-prometheus-stack's default ``podMonitorSelector``
+wants its ``release`` label: add it); with ``min_replicas`` of 1 or more, the trigger refuses empty results
 (``ignoreNullValues: false``), so a PodMonitor nobody scrapes shows as a KEDA error, not as a
 variant that never scales.
 
@@ -32,7 +34,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deploy.render.common import VARIANT_LABEL, object_metadata
+from deploy.render.common import VARIANT_LABEL, object_metadata, selector_labels
 from deploy.spec import VariantSpec
 
 PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
@@ -94,7 +96,7 @@ def pod_monitor(spec: VariantSpec) -> dict[str, Any] | None:
         "kind": "PodMonitor",
         "metadata": object_metadata(spec, spec.name, "engine"),
         "spec": {
-            "selector": {"matchLabels": {VARIANT_LABEL: spec.id, "app.kubernetes.io/component": "engine"}},
+            "selector": {"matchLabels": selector_labels(spec, "engine")},
             "podMetricsEndpoints": [scrape],
             "podTargetLabels": [VARIANT_LABEL],
         },

@@ -32,7 +32,7 @@ def test_two_variants_of_one_model_scale_on_their_own_pods_alone() -> None:
         assert scaling is not None and monitor is not None
         query = scaling["spec"]["triggers"][0]["metadata"]["query"]
         assert query.count(f'turnout_dev_variant_id="{spec.id}"') == 2  # running and waiting
-        assert monitor["spec"]["selector"]["matchLabels"]["turnout.dev/variant-id"] == spec.id
+        assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == spec.name
         assert monitor["spec"]["podTargetLabels"] == ["turnout.dev/variant-id"]
 
 

@@ -141,3 +141,31 @@ def test_engines_without_devices_or_with_triton() -> None:
     assert container["args"] == ["/models/llama3-8b-triton-trtllm/triton/run.sh"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert [p["name"] for p in triton["service"]["spec"]["ports"]] == ["http", "grpc", "metrics"]
+
+
+def test_selectors_survive_a_spec_edit_and_select_only_engine_pods() -> None:
+    # apps/v1 Deployment selectors are immutable: an edited spec (new id) must keep the selector,
+    # or `kubectl apply` fails with "field is immutable". The new id still rolls the pods.
+    spec = load_spec(REPO / "tests" / "golden" / "render" / "_specs" / "qwen-v6e-autoscale.yaml")
+    edited = spec.model_copy(update={"batching": spec.batching.model_copy(update={"max_num_seqs": 7})})
+    assert edited.id != spec.id
+    before, after = (render(s, "k8s") for s in (spec, edited))
+    objs = [
+        {name.split("/")[1].removesuffix(".yaml"): yaml.safe_load(text) for name, text in files.items()}
+        for files in (before, after)
+    ]
+    old, new = objs
+    assert old["deployment"]["spec"]["selector"] == new["deployment"]["spec"]["selector"]
+    assert old["service"]["spec"]["selector"] == new["service"]["spec"]["selector"]
+    assert old["podmonitor"]["spec"]["selector"] == new["podmonitor"]["spec"]["selector"]
+    template = new["deployment"]["spec"]["template"]["metadata"]
+    assert template["labels"]["turnout.dev/variant-id"] == edited.id  # a changed template rolls
+    assert template["annotations"]["turnout.dev/variant-id"] == edited.id
+    pod_labels = template["labels"].items()
+    assert new["deployment"]["spec"]["selector"]["matchLabels"].items() <= pod_labels
+    assert new["service"]["spec"]["selector"].items() <= pod_labels
+    assert new["podmonitor"]["spec"]["selector"]["matchLabels"].items() <= pod_labels
+    assert new["podmonitor"]["spec"]["podTargetLabels"] == ["turnout.dev/variant-id"]
+    ray = new["rayservice"]["spec"]["rayClusterConfig"]
+    for ray_pod in [ray["headGroupSpec"]["template"], *(g["template"] for g in ray["workerGroupSpecs"])]:
+        assert not new["service"]["spec"]["selector"].items() <= ray_pod["metadata"]["labels"].items()
