@@ -9,8 +9,11 @@ on the hardware and fits in memory is ``deploy.validate``'s job.
 Fields (YAML keys; every model is ``extra="forbid"``, so a misspelt key is an error; YAML lists
 are tuples in Python):
 
-``name`` (str, required): lowercase DNS label (``[a-z]([-a-z0-9]*[a-z0-9])?``, ≤ 63 chars), so
-    it can name Kubernetes objects; also the served model name unless ``model.served_name``.
+``name`` (str, required): lowercase DNS label (``[a-z]([-a-z0-9]*[a-z0-9])?``, ≤ 43 chars), so
+    it can name Kubernetes objects: the k8s render names the Deployment, Service, ScaledObject and
+    PodMonitor ``<name>`` and the KubeRay RayService ``<name>-ray``, which KubeRay refuses over 47
+    characters (it appends 6 to name the RayCluster, whose Services must stay DNS labels); also
+    the served model name unless ``model.served_name``.
 ``model`` (ModelRef, required): exactly one of
     ``path`` (str): a local Hugging Face folder; relative paths are relative to the spec file;
     ``architecture`` (str): a named architecture from ``deploy.model_facts`` (e.g. ``llama-3-8b``),
@@ -81,6 +84,8 @@ Quantization = Literal["none", "fp8", "int8-wa", "awq-int4", "gptq-int4", "ort-i
 KvDtype = Literal["auto", "fp16", "bf16", "fp8"]
 
 _Count = Annotated[int, Field(ge=1)]
+# KubeRay's MaxRayServiceNameLength (53 - 6) less the k8s render's "-ray" suffix.
+MAX_NAME_LENGTH = 47 - len("-ray")
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -189,7 +194,7 @@ class AutoscalingSpec(BaseModel):
 class VariantSpec(BaseModel):
     model_config = _STRICT
 
-    name: Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+    name: Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")]
     model: ModelRef
     engine: Engine
     vendor: Vendor
@@ -204,6 +209,16 @@ class VariantSpec(BaseModel):
     cuda_graphs: CudaGraphsSpec = CudaGraphsSpec()
     replicas: _Count = 1
     autoscaling: AutoscalingSpec | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _short_enough_for_kubernetes(cls, value: str) -> str:
+        if len(value) > MAX_NAME_LENGTH:
+            raise ValueError(
+                f"{len(value)} characters, at most {MAX_NAME_LENGTH}: Kubernetes objects are named after it "
+                f"and KubeRay refuses the RayService {value}-ray (over 47 characters)"
+            )
+        return value
 
     @field_validator("accelerator")
     @classmethod

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from deploy.render import render
 from deploy.render.k8s import ray_service
 from deploy.render.ray_serve import actor_options, serve_config
-from deploy.spec import AutoscalingSpec, VariantSpec, load_spec
+from deploy.spec import MAX_NAME_LENGTH, AutoscalingSpec, SpecError, VariantSpec, load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deploy" / "examples"
@@ -169,3 +171,28 @@ def test_selectors_survive_a_spec_edit_and_select_only_engine_pods() -> None:
     ray = new["rayservice"]["spec"]["rayClusterConfig"]
     for ray_pod in [ray["headGroupSpec"]["template"], *(g["template"] for g in ray["workerGroupSpecs"])]:
         assert not new["service"]["spec"]["selector"].items() <= ray_pod["metadata"]["labels"].items()
+
+
+def _dns1035_label(name: str) -> bool:
+    return len(name) <= 63 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) is not None
+
+
+@pytest.mark.parametrize(
+    "path", [EXAMPLES / "llama3-70b-h100-tp4.yaml", SPECS / "qwen-v6e-autoscale.yaml"], ids=lambda p: p.stem
+)
+def test_the_longest_name_a_spec_allows_makes_names_kubernetes_and_kuberay_accept(path: Path) -> None:
+    spec = load_spec(path).model_copy(update={"name": "n" * MAX_NAME_LENGTH})
+    for text in render(spec, "k8s").values():
+        obj = yaml.safe_load(text)
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "RayService":
+            assert len(name) <= 47  # KubeRay's MaxRayServiceNameLength (53 - 6)
+        assert _dns1035_label(name), (obj["kind"], name)  # Services' rule; the strictest of the others'
+        assert all(len(value) <= 63 for value in obj["metadata"]["labels"].values())
+
+
+def test_a_name_too_long_for_a_rayservice_is_refused_naming_the_field() -> None:
+    base = load_spec(EXAMPLES / "llama3-70b-h100-tp4.yaml").model_dump(mode="json")
+    with pytest.raises(SpecError) as caught:
+        parse_spec({**base, "name": "n" * (MAX_NAME_LENGTH + 1)}, "long.yaml")
+    assert "  name: 44 characters, at most 43" in str(caught.value) and "RayService" in str(caught.value)
