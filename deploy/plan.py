@@ -18,6 +18,11 @@ Bytes are bytes; ``*_gib`` values are GiB (2**30 bytes). The model, stated:
   ``max_num_batched_tokens`` or min(max_model_len, 8192), plus fp32 logits for ``max_num_seqs`` ×
   vocab / TP. Available: ``memory_fraction`` × device memory. A variant fits when weights +
   overhead + the KV cache of one full ``max_model_len`` sequence fit in what is available.
+- vLLM on CPU does not take the room left for KV cache itself: it is given
+  ``VLLM_CPU_KVCACHE_SPACE``, whole GiB (``cpu_kv_cache_gib``: enough for ``max_num_seqs`` full
+  sequences, at most the room left floored to whole GiB, at least 1). That grant is its KV
+  capacity here, and it fits only when the grant holds one ``max_model_len`` sequence's KV blocks
+  (vLLM refuses to start otherwise), so rounding down can make a variant that fits by bytes not fit.
 - Decode roofline (memory-bandwidth bound): one step reads the device's weights once plus the KV
   cache of every sequence in the batch, each sequence assumed at ``context`` tokens (the worst
   case). Single stream crosses the pipeline stages one after another; at max batch the stages are
@@ -34,7 +39,7 @@ Bytes are bytes; ``*_gib`` values are GiB (2**30 bytes). The model, stated:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -105,25 +110,47 @@ class MemoryBudget:
     available: float
     max_model_len: int
     kv_per_token: int  # per device
+    # The KV cache the engine is given outright (vLLM on CPU: VLLM_CPU_KVCACHE_SPACE), None when
+    # it takes what is left; then ``kv_one_sequence_blocks`` (one sequence in whole KV blocks,
+    # vLLM's own rule) must fit in it.
+    kv_granted: float | None = None
+    kv_one_sequence_blocks: float = 0.0
 
     @property
     def needed(self) -> float:
         return self.weights + self.kv_one_sequence + self.overhead
 
     @property
+    def kv_room(self) -> float:
+        """Bytes left for the KV cache after weights and overhead (0 when none)."""
+        return max(0.0, self.available - self.weights - self.overhead)
+
+    @property
+    def granted_too_small(self) -> bool:
+        return self.kv_granted is not None and self.kv_granted < self.kv_one_sequence_blocks
+
+    @property
     def fits(self) -> bool:
-        return self.needed <= self.available
+        return self.needed <= self.available and not self.granted_too_small
 
     @property
     def kv_capacity(self) -> float:
-        """Bytes left for the KV cache after weights and overhead (0 when none)."""
-        return max(0.0, self.available - self.weights - self.overhead)
+        """Bytes of KV cache the engine gets: the grant, else the room left (0 when none)."""
+        return self.kv_room if self.kv_granted is None else self.kv_granted
 
     @property
     def kv_tokens(self) -> int:
         return int(self.kv_capacity // self.kv_per_token)
 
     def describe(self, accelerator: Accelerator, fraction: float) -> str:
+        if self.needed <= self.available and self.kv_granted is not None and self.granted_too_small:
+            return (
+                f"vLLM on CPU is given VLLM_CPU_KVCACHE_SPACE={self.kv_granted / GIB:.0f} GiB (whole GiB of "
+                f"the {self.kv_room / GIB:.2f} GiB left after weights and overhead), less than the "
+                f"{self.kv_one_sequence_blocks / GIB:.2f} GiB KV of one {self.max_model_len}-token "
+                "sequence, and vLLM refuses to start: raise kv_cache.memory_fraction or lower "
+                "kv_cache.max_model_len"
+            )
         return (
             f"needs {self.needed / GIB:.1f} GiB per device: weights {self.weights / GIB:.1f} "
             f"+ KV {self.kv_one_sequence / GIB:.1f} (one {self.max_model_len}-token sequence) "
@@ -138,7 +165,7 @@ def memory_budget(spec: VariantSpec, facts: ModelFacts, accelerator: Accelerator
         facts, kv_element_bytes(spec), spec.tensor_parallel, spec.pipeline_parallel
     )
     length = spec.max_model_len()
-    return MemoryBudget(
+    budget = MemoryBudget(
         weights=weight_bytes(facts, spec.dtype, spec.quantization) / devices,
         kv_one_sequence=float(per_token * length),
         overhead=overhead_bytes(spec, facts, accelerator),
@@ -146,6 +173,31 @@ def memory_budget(spec: VariantSpec, facts: ModelFacts, accelerator: Accelerator
         max_model_len=length,
         kv_per_token=per_token,
     )
+    if spec.engine == "vllm" and accelerator.vendor == "cpu":
+        block = spec.kv_cache.block_size
+        budget = replace(
+            budget,
+            kv_granted=float(cpu_kv_cache_gib(spec, facts, budget.kv_room) * GIB),
+            kv_one_sequence_blocks=float(math.ceil(length / block) * block * per_token),
+        )
+    return budget
+
+
+def full_batch_kv_bytes(spec: VariantSpec, facts: ModelFacts) -> int:
+    """KV cache bytes of ``max_num_seqs`` sequences at the full context."""
+    per_token = kv_bytes_per_token(facts, kv_element_bytes(spec))
+    return per_token * spec.max_model_len() * spec.batching.max_num_seqs
+
+
+def cpu_kv_cache_gib(spec: VariantSpec, facts: ModelFacts, room: float) -> int:
+    """Whole GiB of KV cache for vLLM on a CPU (``VLLM_CPU_KVCACHE_SPACE``, an integer): enough
+    for ``max_num_seqs`` full-length sequences, but no more than ``room`` (the bytes the fraction
+    leaves after weights and overhead: what vLLM takes by itself on a GPU) floored; at least 1.
+    A batch of 256 8k-token Llama-3-8B sequences wants 256 GiB of KV, more than a 256 GiB socket
+    holds beside its weights: the engine gets what fits, and its scheduler runs fewer sequences
+    at once. ``MemoryBudget.fits`` checks the result holds one full sequence."""
+    wanted = math.ceil(full_batch_kv_bytes(spec, facts) / GIB)
+    return max(1, min(wanted, math.floor(room / GIB)))
 
 
 def max_sequences(kv_tokens: int, context: int, block_size: int) -> int:

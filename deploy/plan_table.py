@@ -94,7 +94,8 @@ def format_table(spec: VariantSpec, rows: Sequence[PlanRow]) -> str:
     lines += [
         "",
         "* the spec's own accelerator. Per replica; GiB per device. supported: the engine, quantization",
-        "and settings run there; fits: weights + overhead + one max_model_len sequence of KV fit.",
+        "and settings run there; fits: weights + overhead + one max_model_len sequence of KV fit",
+        "(vLLM on CPU: that sequence in the whole GiB of VLLM_CPU_KVCACHE_SPACE it is given).",
         "decode: tokens/s roofline (memory bandwidth), 1 sequence and at max batch, every sequence at",
         "the context length; prefill: tokens/s roofline (dense FLOPs); $/M out: USD per million output",
         "tokens at max batch.",

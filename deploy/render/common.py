@@ -14,7 +14,6 @@ Derived artifacts (TensorRT-LLM checkpoints and engines) live under ``/models/<n
 
 from __future__ import annotations
 
-import math
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -22,7 +21,9 @@ from typing import Any
 import yaml
 
 from deploy import accelerators
-from deploy.plan import GIB, kv_bytes_per_token, kv_element_bytes, memory_budget
+from deploy.plan import cpu_kv_cache_gib as plan_cpu_kv_cache_gib
+from deploy.plan import full_batch_kv_bytes as plan_full_batch_kv_bytes
+from deploy.plan import memory_budget
 from deploy.spec import VariantSpec
 
 MODELS_MOUNT = "/models"
@@ -78,20 +79,15 @@ def ort_precision(spec: VariantSpec) -> str:
 
 
 def cpu_kv_cache_gib(spec: VariantSpec) -> int:
-    """Whole GiB of KV cache on a CPU: enough for ``max_num_seqs`` full-length sequences, but no
-    more than the memory the fraction leaves after weights and overhead (what vLLM takes by
-    itself on a GPU); at least 1. A batch of 256 8k-token Llama-3-8B sequences wants 256 GiB of
-    KV, more than a 256 GiB socket holds beside its weights: the engine gets what fits, and its
-    scheduler runs fewer sequences at once."""
-    wanted = math.ceil(full_batch_kv_bytes(spec) / GIB)
-    room = math.floor(memory_budget(spec, spec.facts(), accelerators.get(spec.accelerator)).kv_capacity / GIB)
-    return max(1, min(wanted, room))
+    """``VLLM_CPU_KVCACHE_SPACE`` for ``spec``: ``deploy.plan.cpu_kv_cache_gib`` on its own
+    accelerator, the same whole GiB the capacity check (``MemoryBudget.kv_granted``) counts."""
+    budget = memory_budget(spec, spec.facts(), accelerators.get(spec.accelerator))
+    return plan_cpu_kv_cache_gib(spec, spec.facts(), budget.kv_room)
 
 
 def full_batch_kv_bytes(spec: VariantSpec) -> int:
     """KV cache bytes of ``max_num_seqs`` sequences at the full context."""
-    per_token = kv_bytes_per_token(spec.facts(), kv_element_bytes(spec))
-    return per_token * spec.max_model_len() * spec.batching.max_num_seqs
+    return plan_full_batch_kv_bytes(spec, spec.facts())
 
 
 def labels(spec: VariantSpec, component: str) -> dict[str, str]:

@@ -189,3 +189,34 @@ def test_chart_without_matplotlib_says_how_to_install(
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     with pytest.raises(ChartUnavailable, match=r"pip install 'turnout\[report\]'"):
         write_chart([], tmp_path / "x.png", "t")
+
+
+def _cpu_llama(fraction: float) -> VariantSpec:
+    return spec(
+        model={"architecture": "llama-3.1-8b"},
+        vendor="cpu",
+        accelerator="cpu-x86",
+        kv_cache={"max_model_len": 15000, "memory_fraction": fraction},
+        batching={"max_num_seqs": 1},
+    )
+
+
+def test_vllm_on_cpu_is_checked_against_the_whole_gib_of_kv_cache_it_is_given() -> None:
+    from deploy.render.vllm import environment
+    from deploy.validate import problems
+
+    cpu = accelerators.get("cpu-x86")
+    short = _cpu_llama(0.06971)  # 1.95 GiB left for KV; one 15000-token sequence needs 1.83 GiB
+    budget = plan.memory_budget(short, short.facts(), cpu)
+    left = budget.available - budget.weights - budget.overhead
+    assert budget.needed <= budget.available and 1.83 * GIB < left < 2 * GIB
+    assert environment(short)["VLLM_CPU_KVCACHE_SPACE"] == "1"  # what the render writes
+    (memory,) = problems(short)
+    assert budget.kv_capacity == 1 * GIB and not budget.fits
+    assert memory.startswith("memory: vLLM on CPU is given VLLM_CPU_KVCACHE_SPACE=1 GiB"), memory
+    assert "15000-token sequence" in memory
+    row = plan.plan_row(short, short.facts(), cpu, 15000)
+    assert not row.fits and row.kv_tokens == GIB // budget.kv_per_token and row.max_seqs == 0
+    roomy = _cpu_llama(0.075)  # 2 whole GiB: one sequence fits
+    assert environment(roomy)["VLLM_CPU_KVCACHE_SPACE"] == "2" and problems(roomy) == []
+    assert plan.plan_row(roomy, roomy.facts(), cpu, 15000).max_seqs == 1
