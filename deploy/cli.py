@@ -9,8 +9,8 @@ only, so ``turnout --help`` stays fast) and ``run`` (which imports the deploy mo
 - ``turnout deploy validate SPEC``: ``ok: NAME (ID)``, or the problems and exit status 1.
 - ``turnout deploy render SPEC --target vllm|trtllm|triton|ray|k8s --out DIR``: the target's
   files (``deploy.render``) written under DIR, one path per line; a spec that would not deploy is
-  refused with its problems (exit 1), a target its engine has no use for with the targets it has
-  (exit 2).
+  refused with its problems (exit 1), a target its engine has no use for with the targets it has,
+  and a spec the target cannot render with the reason (exit 2, no traceback).
 
 Exit status: 0 ok, 1 the spec is valid but would not deploy (validate, render), 2 an unreadable or
 malformed spec, prices file or argument (the message names file, field and reason).
@@ -114,7 +114,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from deploy.render import TargetNotApplicable, remove_stale, render, write
+    from deploy.render import RenderError, remove_stale, render, write
     from deploy.spec import SpecError, load_spec
     from deploy.validate import problems
 
@@ -130,8 +130,8 @@ def _render(args: argparse.Namespace) -> int:
         return 1
     try:
         files = render(spec, args.target)
-    except (TargetNotApplicable, ImportError) as exc:  # ImportError: the target's optional package
-        return _fail(str(exc))
+    except (RenderError, ImportError) as exc:  # ImportError: the target's optional package
+        return _fail(f"{args.spec}: cannot render {args.target}: {exc}")
     try:
         written = write(files, args.out)
         stale = remove_stale(files, args.out, spec.name)

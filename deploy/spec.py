@@ -7,7 +7,7 @@ This module checks structure only (types, ranges, known names); whether the comb
 on the hardware and fits in memory is ``deploy.validate``'s job.
 
 Fields (YAML keys; every model is ``extra="forbid"``, so a misspelt key is an error; YAML lists
-are tuples in Python):
+are tuples in Python; every integer is at most 2**31 - 1, the engines' and Kubernetes' int32):
 
 ``name`` (str, required): lowercase DNS label (``[a-z]([-a-z0-9]*[a-z0-9])?``, ≤ 43 chars), so
     it can name Kubernetes objects: the k8s render names the Deployment, Service, ScaledObject and
@@ -83,7 +83,12 @@ Dtype = Literal["fp32", "fp16", "bf16"]
 Quantization = Literal["none", "fp8", "int8-wa", "awq-int4", "gptq-int4", "ort-int8", "ort-int4"]
 KvDtype = Literal["auto", "fp16", "bf16", "fp8"]
 
-_Count = Annotated[int, Field(ge=1)]
+# Every spec integer reaches an engine or Kubernetes field that is a 32-bit signed integer
+# (Triton's max_batch_size and preferred_batch_size, Kubernetes replicas, vLLM's and TensorRT-LLM's
+# C++ sizes), so none may exceed it: past it the engine refuses the value, or wraps it.
+INT32_MAX = 2**31 - 1
+_Count = Annotated[int, Field(ge=1, le=INT32_MAX)]
+_Natural = Annotated[int, Field(ge=0, le=INT32_MAX)]
 # KubeRay's MaxRayServiceNameLength (53 - 6) less the k8s render's "-ray" suffix.
 MAX_NAME_LENGTH = 47 - len("-ray")
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -162,7 +167,7 @@ class BatchingSpec(BaseModel):
 
     max_num_seqs: _Count = 256
     max_num_batched_tokens: _Count | None = None
-    max_queue_delay_us: Annotated[int, Field(ge=0)] = 0
+    max_queue_delay_us: _Natural = 0
     preferred_batch_sizes: tuple[_Count, ...] = ()
 
     _sorted = field_validator("preferred_batch_sizes")(_ascending)
@@ -180,7 +185,7 @@ class CudaGraphsSpec(BaseModel):
 class AutoscalingSpec(BaseModel):
     model_config = _STRICT
 
-    min_replicas: Annotated[int, Field(ge=0)] = 1
+    min_replicas: _Natural = 1
     max_replicas: _Count = 1
     target_ongoing_requests: Annotated[float, Field(gt=0)] = 16.0
 

@@ -44,7 +44,12 @@ _MODULES: dict[Target, tuple[str, str]] = {
 Files = dict[str, str | bytes]
 
 
-class TargetNotApplicable(ValueError):
+class RenderError(ValueError):
+    """A spec the renderer cannot turn into the target's files (the message says which and why);
+    ``turnout deploy render`` prints it and exits 2."""
+
+
+class TargetNotApplicable(RenderError):
     """The spec's engine has no use for the asked target; the message lists the ones it has."""
 
 

@@ -27,6 +27,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from deploy.render import RenderError
 from deploy.render.common import HTTP_PORT, header, model_source, ort_precision, shell_script, work_dir
 from deploy.render.triton_pb import config_text, parameters, tensor
 from deploy.render.triton_trtllm import trtllm_models
@@ -174,6 +175,6 @@ def render_triton(spec: VariantSpec) -> dict[str, str | bytes]:
             )
             files[f"{REPOSITORY}/{name}/1/model.py"] = _shim()
     else:
-        raise ValueError(f"engine {spec.engine} has no Triton repository")
+        raise RenderError(f"engine {spec.engine} has no Triton repository")
     files["triton/run.sh"] = _run_script(spec)
     return files

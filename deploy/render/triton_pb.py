@@ -14,6 +14,8 @@ from typing import Any
 
 from google.protobuf import json_format, text_format  # type: ignore[import-untyped]
 
+from deploy.render import RenderError
+
 try:
     from tritonclient.grpc import model_config_pb2  # type: ignore[import-untyped]
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -46,8 +48,13 @@ def parameters(values: Mapping[str, str]) -> dict[str, dict[str, str]]:
 
 
 def message(config: Mapping[str, Any]) -> Any:
-    """``config`` (protobuf JSON form) as a ``ModelConfig`` message; unknown fields raise ``ParseError``."""
-    return json_format.ParseDict(dict(config), model_config_pb2.ModelConfig())
+    """``config`` (protobuf JSON form) as a ``ModelConfig`` message; a field or enum value the
+    schema does not have, or a value out of its field's range, raises ``RenderError``."""
+    try:
+        return json_format.ParseDict(dict(config), model_config_pb2.ModelConfig())
+    except json_format.ParseError as exc:
+        name = config.get("name", "?")
+        raise RenderError(f"Triton model config {name}: {exc}") from None
 
 
 def config_text(config: Mapping[str, Any]) -> str:

@@ -122,6 +122,37 @@ def test_unreadable_or_malformed_spec_exits_2(tmp_path: Path, capsys: pytest.Cap
     assert "replcas: unknown field" in capsys.readouterr().err
 
 
+def test_a_spec_the_target_cannot_render_exits_2_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import deploy.render
+    from deploy.render.triton_pb import config_text
+
+    def render(spec: object, target: str) -> object:  # what a value past a protobuf field's range does
+        return {"triton/x/config.pbtxt": config_text({"name": "x", "max_batch_size": 3_000_000_000})}
+
+    monkeypatch.setattr(deploy.render, "render", render)
+    spec = EXAMPLES / "tiny-cpu.yaml"
+    assert main(["deploy", "render", str(spec), "--target", "triton", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{spec}: cannot render triton: Triton model config x: " in err and "max_batch_size" in err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+def test_batch_sizes_past_int32_are_refused_by_validate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Triton's max_batch_size is an int32: 3e9 crashed the triton render with a protobuf ParseError.
+    spec = tmp_path / "huge.yaml"
+    spec.write_text(
+        (EXAMPLES / "tiny-cpu.yaml").read_text().replace("max_num_seqs: 16", "max_num_seqs: 3000000000")
+    )
+    assert main(["deploy", "validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert f"{spec}: invalid variant spec" in err
+    assert "batching.max_num_seqs: Input should be less than or equal to 2147483647" in err
+
+
 def test_unknown_target_is_an_argument_error() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "serving.cli", "deploy", "render", str(EXAMPLES / "tiny-cpu.yaml"),

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format  # type: ignore[import-untyped]
 
-from deploy.render import render
+from deploy.render import RenderError, render
 from deploy.render.triton_pb import config_text, parse_text, tensor
 from deploy.spec import load_spec
 
@@ -30,10 +30,12 @@ def configs(path: Path) -> dict[str, Any]:
 
 
 def test_unknown_fields_and_enum_values_are_rejected() -> None:
-    with pytest.raises(json_format.ParseError):
+    with pytest.raises(RenderError, match=r"Triton model config m: .*max_batch_sise"):
         config_text({"name": "m", "max_batch_sise": 4})
-    with pytest.raises(json_format.ParseError):
+    with pytest.raises(RenderError, match="TYPE_STRNG"):
         config_text({"name": "m", "input": [tensor("x", "TYPE_STRNG", (1,))]})
+    with pytest.raises(RenderError, match=r"max_batch_size.*out of range"):  # an int32 field
+        config_text({"name": "m", "max_batch_size": 3_000_000_000})
 
 
 def test_cpu_python_models_carry_the_specs_batching() -> None:
