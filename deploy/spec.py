@@ -17,7 +17,8 @@ are tuples in Python; every integer is at most 2**31 - 1, the engines' and Kuber
 ``model`` (ModelRef, required): exactly one of
     ``path`` (str): a local Hugging Face folder; relative paths are relative to the spec file;
     ``architecture`` (str): a named architecture from ``deploy.model_facts`` (e.g. ``llama-3-8b``),
-    plus ``served_name`` (str | None): the model name the engine announces (default: ``name``).
+    plus ``served_name`` (str | None): the model name the engine announces (default: ``name``);
+    not starting with ``-``, which engines' command lines would read as an option.
     Facts (layers, heads, …) are resolved lazily by ``VariantSpec.facts()``.
 ``engine``: ``vllm`` | ``trtllm`` (``trtllm-serve``) | ``triton-trtllm`` (Triton, TensorRT-LLM
     backend) | ``triton-vllm`` (Triton, vLLM backend) | ``onnxruntime-genai`` (the embedded CPU engine).
@@ -106,6 +107,16 @@ class ModelRef(BaseModel):
     served_name: str | None = None
     _base_dir: Path | None = PrivateAttr(default=None)
     _facts: ModelFacts | None = PrivateAttr(default=None)
+
+    @field_validator("served_name")
+    @classmethod
+    def _not_an_option(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("-"):
+            raise ValueError(
+                f"{value!r} starts with '-': engines' command lines (vLLM --served-model-name, "
+                "trtllm-serve's model) would read it as an option"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_source(self, info: ValidationInfo) -> ModelRef:

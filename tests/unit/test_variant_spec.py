@@ -157,6 +157,11 @@ def test_missing_model_folder_names_the_field(tmp_path: Path) -> None:
             "ascending",
         ),
         ({"name": "Llama_3"}, "name", "pattern"),
+        (  # vLLM's parser read `--served-model-name --trust-remote-code` as two options
+            {"model": {"architecture": "llama-3-8b", "served_name": "--trust-remote-code"}},
+            "model.served_name",
+            "'--trust-remote-code' starts with '-'",
+        ),
         ({"tensor_parallel": 0}, "tensor_parallel", "greater than or equal to 1"),
         (
             {"autoscaling": {"min_replicas": 3, "max_replicas": 2}},
