@@ -20,6 +20,7 @@ default. A prices file is YAML mapping catalog names to USD per device-hour::
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -140,8 +141,9 @@ def load_prices(path: Path) -> dict[str, float]:
     for name, value in data.items():
         if name not in known:
             raise PricesError(f"{path}: {name}: unknown accelerator; known: {', '.join(known)}")
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise PricesError(f"{path}: {name}: expected a price in USD per hour >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+            # written out: NaN compares False with everything, so `value < 0` let .nan through
+            raise PricesError(f"{path}: {name}: expected a finite price in USD per hour >= 0, got {value!r}")
         prices[str(name)] = float(value)
     return prices
 

@@ -92,7 +92,8 @@ _Count = Annotated[int, Field(ge=1, le=INT32_MAX)]
 _Natural = Annotated[int, Field(ge=0, le=INT32_MAX)]
 # KubeRay's MaxRayServiceNameLength (53 - 6) less the k8s render's "-ray" suffix.
 MAX_NAME_LENGTH = 47 - len("-ray")
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+# allow_inf_nan=False: YAML's .inf / .nan are floats, and no spec number means anything infinite
+_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SpecError(Exception):

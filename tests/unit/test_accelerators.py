@@ -108,8 +108,10 @@ def test_prices_override_from_a_file(tmp_path: Path) -> None:
     ("text", "reason"),
     [
         ("h100: 1.0\n", "h100: unknown accelerator"),
-        ("h100-80gb: cheap\n", "h100-80gb: expected a price"),
-        ("h100-80gb: -1\n", "h100-80gb: expected a price"),
+        ("h100-80gb: cheap\n", "h100-80gb: expected a finite price"),
+        ("h100-80gb: -1\n", "h100-80gb: expected a finite price"),
+        ("h100-80gb: .nan\n", "h100-80gb: expected a finite price in USD per hour >= 0, got nan"),
+        ("h100-80gb: .inf\n", "h100-80gb: expected a finite price in USD per hour >= 0, got inf"),
         ("- h100-80gb\n", "expected a mapping"),
         ("h100-80gb: [1\n", "not valid YAML"),
     ],

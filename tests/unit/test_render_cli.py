@@ -180,3 +180,16 @@ def test_cli_target_choices_match_the_renderers() -> None:
     from deploy.render import TARGETS
 
     assert RENDER_TARGETS == TARGETS
+
+
+def test_plan_refuses_a_prices_file_with_nan_or_inf(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: plan printed nan, and --json wrote Infinity (not JSON).
+    prices = tmp_path / "prices.yaml"
+    for value in (".nan", ".inf"):
+        prices.write_text(f"h100-80gb: {value}\n")
+        spec = str(EXAMPLES / "llama3-8b-h100-fp8kv.yaml")
+        assert main(["plan", spec, "--accelerators", "h100-80gb", "--prices", str(prices), "--json"]) == 2
+        printed = capsys.readouterr()
+        assert printed.out == "" and f"{prices}: h100-80gb: expected a finite price" in printed.err

@@ -157,6 +157,12 @@ def test_missing_model_folder_names_the_field(tmp_path: Path) -> None:
             "ascending",
         ),
         ({"name": "Llama_3"}, "name", "pattern"),
+        (  # rendered KEDA `threshold: inf`
+            {"autoscaling": {"target_ongoing_requests": float("inf")}},
+            "autoscaling.target_ongoing_requests",
+            "Input should be a finite number",
+        ),
+        ({"kv_cache": {"memory_fraction": float("nan")}}, "kv_cache.memory_fraction", "finite number"),
         (  # vLLM's parser read `--served-model-name --trust-remote-code` as two options
             {"model": {"architecture": "llama-3-8b", "served_name": "--trust-remote-code"}},
             "model.served_name",
