@@ -7,7 +7,9 @@ This module checks structure only (types, ranges, known names); whether the comb
 on the hardware and fits in memory is ``deploy.validate``'s job.
 
 Fields (YAML keys; every model is ``extra="forbid"``, so a misspelt key is an error; YAML lists
-are tuples in Python; every integer is at most 2**31 - 1, the engines' and Kubernetes' int32):
+are tuples in Python; every integer is at most 2**31 - 1, the engines' and Kubernetes' int32;
+numbers and booleans are strict: ``true`` is not 1, ``"3"`` is not 3, ``"on"`` is not true, but
+an integer is a float; no ``.inf`` / ``.nan``):
 
 ``name`` (str, required): lowercase DNS label (``[a-z]([-a-z0-9]*[a-z0-9])?``, ≤ 43 chars), so
     it can name Kubernetes objects: the k8s render names the Deployment, Service, ScaledObject and
@@ -67,6 +69,8 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    Strict,
+    StrictBool,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -88,8 +92,14 @@ KvDtype = Literal["auto", "fp16", "bf16", "fp8"]
 # (Triton's max_batch_size and preferred_batch_size, Kubernetes replicas, vLLM's and TensorRT-LLM's
 # C++ sizes), so none may exceed it: past it the engine refuses the value, or wraps it.
 INT32_MAX = 2**31 - 1
-_Count = Annotated[int, Field(ge=1, le=INT32_MAX)]
-_Natural = Annotated[int, Field(ge=0, le=INT32_MAX)]
+# Strict(): numbers and booleans must be written as such. Lax pydantic read `tensor_parallel: true`
+# as 1, `prefix_caching: "on"` as True and `replicas: "3"` as 3; a whole-model strict=True would
+# also refuse YAML lists for the tuple fields, so each number and bool field is strict instead
+# (a strict float still takes an int: `memory_fraction: 1`).
+_Count = Annotated[int, Strict(), Field(ge=1, le=INT32_MAX)]
+_Natural = Annotated[int, Strict(), Field(ge=0, le=INT32_MAX)]
+_Fraction = Annotated[float, Strict(), Field(gt=0, le=1)]
+_Positive = Annotated[float, Strict(), Field(gt=0)]
 # KubeRay's MaxRayServiceNameLength (53 - 6) less the k8s render's "-ray" suffix.
 MAX_NAME_LENGTH = 47 - len("-ray")
 # allow_inf_nan=False: YAML's .inf / .nan are floats, and no spec number means anything infinite
@@ -155,10 +165,10 @@ class KvCacheSpec(BaseModel):
     model_config = _STRICT
 
     dtype: KvDtype = "auto"
-    block_size: Annotated[int, Field(ge=1, le=256)] = 16
-    memory_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    block_size: Annotated[int, Strict(), Field(ge=1, le=256)] = 16
+    memory_fraction: _Fraction = 0.9
     max_model_len: _Count | None = None
-    prefix_caching: bool = False
+    prefix_caching: StrictBool = False
 
     @field_validator("block_size")
     @classmethod
@@ -188,7 +198,7 @@ class BatchingSpec(BaseModel):
 class CudaGraphsSpec(BaseModel):
     model_config = _STRICT
 
-    enabled: bool = False
+    enabled: StrictBool = False
     capture_sizes: tuple[_Count, ...] = ()
 
     _sorted = field_validator("capture_sizes")(_ascending)
@@ -199,7 +209,7 @@ class AutoscalingSpec(BaseModel):
 
     min_replicas: _Natural = 1
     max_replicas: _Count = 1
-    target_ongoing_requests: Annotated[float, Field(gt=0)] = 16.0
+    target_ongoing_requests: _Positive = 16.0
 
     @model_validator(mode="after")
     def _ordered(self) -> AutoscalingSpec:

@@ -157,6 +157,21 @@ def test_missing_model_folder_names_the_field(tmp_path: Path) -> None:
             "ascending",
         ),
         ({"name": "Llama_3"}, "name", "pattern"),
+        # Strict types: lax pydantic read each of these as a number or bool without a word.
+        ({"tensor_parallel": True}, "tensor_parallel", "Input should be a valid integer"),
+        ({"replicas": "3"}, "replicas", "Input should be a valid integer"),
+        (
+            {"kv_cache": {"memory_fraction": True}},
+            "kv_cache.memory_fraction",
+            "Input should be a valid number",
+        ),
+        (
+            {"kv_cache": {"prefix_caching": "on"}},
+            "kv_cache.prefix_caching",
+            "Input should be a valid boolean",
+        ),
+        ({"cuda_graphs": {"enabled": "yes"}}, "cuda_graphs.enabled", "Input should be a valid boolean"),
+        ({"batching": {"preferred_batch_sizes": ["8"]}}, "batching.preferred_batch_sizes.0", "valid integer"),
         (  # rendered KEDA `threshold: inf`
             {"autoscaling": {"target_ongoing_requests": float("inf")}},
             "autoscaling.target_ongoing_requests",
@@ -245,3 +260,21 @@ def test_on_moves_to_another_accelerator() -> None:
     assert (moved.accelerator, moved.vendor) == ("mi300x", "amd")
     assert (original.accelerator, original.vendor) == ("h100-80gb", "nvidia")
     assert moved.facts() == original.facts()
+
+
+def test_yaml_native_values_still_load(tmp_path: Path) -> None:
+    # Strictness refuses strings and bools for numbers, not what YAML writes natively: an int for
+    # a float field, lists for the tuple fields, a str path.
+    path = tmp_path / "native.yaml"
+    path.write_text(
+        "name: native\nmodel: {path: ./hf}\nengine: triton-trtllm\nvendor: nvidia\naccelerator: h100-80gb\n"
+        "kv_cache: {memory_fraction: 1, prefix_caching: true}\n"
+        "batching: {max_num_seqs: 8, preferred_batch_sizes: [4, 8]}\n"
+        "cuda_graphs: {enabled: true, capture_sizes: [1, 2]}\n"
+        "replicas: 2\nautoscaling: {min_replicas: 1, max_replicas: 3, target_ongoing_requests: 4}\n"
+    )
+    loaded = load_spec(path)
+    assert loaded.kv_cache.memory_fraction == 1.0 and isinstance(loaded.kv_cache.memory_fraction, float)
+    assert loaded.batching.preferred_batch_sizes == (4, 8) and loaded.cuda_graphs.capture_sizes == (1, 2)
+    assert loaded.autoscaling is not None and loaded.autoscaling.target_ongoing_requests == 4.0
+    assert loaded.model.resolved_path() == tmp_path / "hf"
