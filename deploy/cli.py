@@ -6,7 +6,8 @@ only, so ``turnout --help`` stays fast) and ``run`` (which imports the deploy mo
 - ``turnout plan SPEC [--accelerators a,b] [--context N] [--prices FILE] [--png OUT] [--json]``:
   the spec planned on each accelerator (default: the whole catalog). Prices come from ``--prices``,
   else the file in ``$TURNOUT_PRICES_FILE``, else the catalog defaults.
-- ``turnout deploy validate SPEC``: ``ok: NAME (ID)``, or the problems and exit status 1.
+- ``turnout deploy validate SPEC``: ``ok: NAME (ID)``, or the problems and exit status 1 (a
+  model it cannot read, ``model.path`` or ``model.architecture``, is exit 2, as for ``plan``).
 - ``turnout deploy render SPEC --target vllm|trtllm|triton|ray|k8s --out DIR``: the target's
   files (``deploy.render``) written under DIR, one path per line; a spec that would not deploy is
   refused with its problems (exit 1), a target its engine has no use for with the targets it has,
@@ -101,9 +102,9 @@ def _validate(args: argparse.Namespace) -> int:
 
     try:
         spec = load_spec(args.spec)
+        found = problems(spec)  # SpecError too when the model's facts cannot be read
     except SpecError as exc:
         return _fail(str(exc))
-    found = problems(spec)
     if not found:
         print(f"ok: {spec.name} ({spec.id})")
         return 0
@@ -120,9 +121,9 @@ def _render(args: argparse.Namespace) -> int:
 
     try:
         spec = load_spec(args.spec)
+        found = problems(spec)  # SpecError too when the model's facts cannot be read
     except SpecError as exc:
         return _fail(str(exc))
-    found = problems(spec)
     if found:
         print(f"{args.spec}: {spec.name} ({spec.id}) would not deploy; nothing rendered:", file=sys.stderr)
         for problem in found:

@@ -117,6 +117,7 @@ class ModelRef(BaseModel):
     architecture: str | None = None
     served_name: str | None = None
     _base_dir: Path | None = PrivateAttr(default=None)
+    _source: str | None = PrivateAttr(default=None)  # the spec file, for facts() errors
     _facts: ModelFacts | None = PrivateAttr(default=None)
 
     @field_validator("served_name")
@@ -133,8 +134,11 @@ class ModelRef(BaseModel):
     def _one_source(self, info: ValidationInfo) -> ModelRef:
         if (self.path is None) == (self.architecture is None):
             raise ValueError("give exactly one of path (a local HF folder) or architecture (a named one)")
-        if isinstance(info.context, dict) and isinstance(info.context.get("base_dir"), Path):
-            self._base_dir = info.context["base_dir"]
+        if isinstance(info.context, dict):
+            if isinstance(info.context.get("base_dir"), Path):
+                self._base_dir = info.context["base_dir"]
+            if isinstance(info.context.get("source"), str):
+                self._source = info.context["source"]
         return self
 
     def resolved_path(self) -> Path | None:
@@ -147,7 +151,8 @@ class ModelRef(BaseModel):
         return path.resolve()
 
     def facts(self) -> ModelFacts:
-        """The model's facts, read once (config.json for a path); raises ``SpecError`` naming the field."""
+        """The model's facts, read once (config.json for a path); raises ``SpecError`` naming the
+        spec file and the field: the spec cannot be understood (not a reason it would not deploy)."""
         if self._facts is None:
             try:
                 folder = self.resolved_path()
@@ -157,7 +162,8 @@ class ModelRef(BaseModel):
                     self._facts = named_facts(str(self.architecture))
             except ModelFactsError as exc:
                 field = "model.path" if self.path is not None else "model.architecture"
-                raise SpecError(f"{field}: {exc}") from None
+                where = f"{self._source}: " if self._source else ""
+                raise SpecError(f"{where}{field}: {exc}") from None
         return self._facts
 
 
@@ -301,7 +307,7 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
 def parse_spec(data: object, source: str = "<spec>", base_dir: Path | None = None) -> VariantSpec:
     """Validate ``data`` (parsed YAML); errors list ``source`` and every field path with its reason."""
     try:
-        return VariantSpec.model_validate(data, context={"base_dir": base_dir})
+        return VariantSpec.model_validate(data, context={"base_dir": base_dir, "source": source})
     except ValidationError as exc:
         lines = [f"{source}: invalid variant spec"]
         for error in exc.errors():

@@ -3,7 +3,10 @@
 Off the request path: ``turnout deploy validate`` (and ``turnout plan``, per accelerator) run
 this before launch. ``problems(spec)`` returns every problem, each message starting with the
 field path it is about; ``check(spec)`` raises ``SpecError`` listing them. Structure (types,
-ranges, unknown names) was already checked when the spec was parsed (``deploy.spec``).
+ranges, unknown names) was already checked when the spec was parsed (``deploy.spec``); a model
+whose facts cannot be read (unknown ``model.architecture``, unreadable ``model.path``) is a spec
+that cannot be understood, not one that would not deploy: both raise ``SpecError`` from
+``VariantSpec.facts()`` instead (the CLI exits 2 for it, 1 for problems).
 
 Decisions, stated:
 - ``device_count`` must equal ``tensor_parallel × pipeline_parallel`` (devices per replica;
@@ -186,12 +189,10 @@ def problems(
 ) -> list[str]:
     """Every reason ``spec`` would not deploy, each starting with its field path (empty: ok).
 
-    ``facts`` defaults to the spec's own (read lazily); ``catalog`` to the built-in one.
+    ``facts`` defaults to the spec's own (read lazily: ``SpecError`` when they cannot be read);
+    ``catalog`` to the built-in one.
     """
-    try:
-        facts = facts or spec.facts()
-    except SpecError as exc:
-        return [str(exc)]
+    facts = facts or spec.facts()
     acc = accelerators.get(spec.accelerator, catalog)
     found = _parallelism(spec, facts) + _engine(spec, acc) + _hardware(spec, acc) + _limits(spec, facts)
     budget = memory_budget(spec, facts, acc)

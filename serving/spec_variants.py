@@ -89,9 +89,9 @@ def load_spec_variant(entry: SpecVariant, base_dir: Path) -> VariantSpec:
     path = entry.spec if entry.spec.is_absolute() else base_dir / entry.spec
     try:
         spec = load_spec(path)
+        found = spec_problems(spec)  # SpecError too when the model's facts cannot be read
     except SpecError as exc:
         raise SpecVariantError(f"spec: {exc}") from None
-    found = spec_problems(spec)
     if found:
         raise SpecVariantError(f"spec: {path} ({spec.id}) would not deploy: " + "; ".join(found))
     return spec

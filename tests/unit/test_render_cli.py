@@ -193,3 +193,32 @@ def test_plan_refuses_a_prices_file_with_nan_or_inf(
         assert main(["plan", spec, "--accelerators", "h100-80gb", "--prices", str(prices), "--json"]) == 2
         printed = capsys.readouterr()
         assert printed.out == "" and f"{prices}: h100-80gb: expected a finite price" in printed.err
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        ("{architecture: llama-9}", "model.architecture: unknown architecture"),
+        ("{path: ./absent}", "model.path: "),
+    ],
+)
+def test_a_model_that_cannot_be_read_exits_2_naming_the_file_in_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, field: str
+) -> None:
+    # validate said "would not deploy" (exit 1) while plan exited 2 without the file name.
+    spec = tmp_path / "unreadable.yaml"
+    spec.write_text(
+        VALID.replace(
+            "model: {architecture: llama-3-8b, served_name: meta-llama/Meta-Llama-3-8B-Instruct}",
+            f"model: {model}",
+        )
+    )
+    for argv in (
+        ["deploy", "validate", str(spec)],
+        ["plan", str(spec)],
+        ["deploy", "render", str(spec), "--target", "vllm", "--out", str(tmp_path / "o")],
+    ):
+        assert main(argv) == 2, argv
+        printed = capsys.readouterr()
+        assert printed.err.startswith(f"turnout: {spec}: {field}"), (argv, printed.err)
+        assert "would not deploy" not in printed.out + printed.err

@@ -177,9 +177,10 @@ def test_check_raises_with_every_problem() -> None:
     check(spec())  # a valid spec passes silently
 
 
-def test_unreadable_model_is_a_problem(tmp_path: Path) -> None:
-    found = problems(spec(model={"path": str(tmp_path)}))
-    assert len(found) == 1 and found[0].startswith("model.path: ")
+def test_unreadable_model_is_a_spec_error_not_a_problem(tmp_path: Path) -> None:
+    # A spec that cannot be understood is not one that would not deploy (the CLI exits 2, not 1).
+    with pytest.raises(SpecError, match=r"^<spec>: model\.path: "):
+        problems(spec(model={"path": str(tmp_path)}))
 
 
 def test_int4_shards_under_tensor_parallelism_are_whole_groups() -> None:

@@ -99,6 +99,14 @@ def test_a_spec_that_would_not_fit_its_accelerator_is_refused(tmp_path: Path) ->
     assert "would not deploy" in str(raised.value) and "memory" in str(raised.value)
 
 
+def test_a_spec_whose_model_cannot_be_read_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
+    unknown = _spec_file(tmp_path, H100_SPEC, name="unknown-arch", model={"architecture": "llama-9"})
+    routes = {"r": {"targets": [{"variant": "unknown-arch"}]}}
+    with pytest.raises(ConfigError) as raised:
+        load_config(_config(tmp_path, [{"spec": str(unknown), "base_url": "http://h:1/v1"}], routes))
+    assert f"{unknown}: model.architecture: unknown architecture 'llama-9'" in str(raised.value)
+
+
 def test_a_spec_name_may_not_clash_with_a_named_variant(tmp_path: Path) -> None:
     routes = {"r": {"targets": [{"variant": "tiny-cpu-int4"}]}}
     entry = {"spec": str(EXAMPLES / "tiny-cpu.yaml")}
