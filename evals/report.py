@@ -8,7 +8,9 @@ per hour over tokens per hour), and judges each variant against a baseline: accu
 in points (within the budget?), tokens/s ratio, cost ratio. Speed and cost ratios are drawn
 only between load runs taken alike (scenario, users, endpoint, streaming) whose requests did
 not fail (at most 1% errors); a perplexity is shown as one (lower is better) and judged by
-its relative change, not against the accuracy budget. The join and the verdicts are pure;
+its relative change, not against the accuracy budget. An eval of a split route credits each
+variant only with the figures of the prompts it served (``per_variant``), and a variant's own
+eval wins over it. The join and the verdicts are pure;
 writing the markdown, HTML and PNG plots (matplotlib) is the edge.
 """
 
@@ -46,6 +48,9 @@ class Row:
     metric: str = "accuracy"  # the task's own: accuracy, exact_match, perplexity...
     error_rate: float | None = None  # of its load run's requests
     load: str | None = None  # how its load run was taken: "steady, 8 users, chat stream"
+    # Its eval figures come from an eval of a split route: only from the prompts it served there
+    # (none from an older run that did not keep them apart).
+    split_eval: bool = False
 
     @property
     def lower_is_better(self) -> bool:
@@ -97,6 +102,22 @@ def _error_rate(run: Mapping[str, Any]) -> float | None:
     return overall.get("errors", 0) / requests if requests else None
 
 
+def _eval_of(variant: str, run: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, bool]:
+    """(the block with ``variant``'s ``tasks`` and ``agreement`` in an eval run, or None when the
+    run did not measure it; whether the run was of a split route that ``variant`` served part of).
+
+    A split route's figures are the mix of its variants, no one variant's: only the figures from
+    the records ``variant`` itself served (``per_variant``) are its own; an older run without
+    them gives it none.
+    """
+    served = set(run.get("variants") or {})
+    if served == {variant} or (run["model"] == variant and not served - {variant}):
+        return run, False
+    if variant in served:
+        return (run.get("per_variant") or {}).get(variant) or {}, True
+    return None, False
+
+
 def join(
     variant: str,
     loads: Sequence[dict[str, Any]],
@@ -104,7 +125,8 @@ def join(
     task: str,
     catalog: Mapping[str, Accelerator] | None = None,
 ) -> Row:
-    """One variant's figures: the last load run and the last eval run that measured it."""
+    """One variant's figures: the last load run and the last eval run that measured it (an eval
+    of the variant alone over one of a split route that served it part of the time)."""
     load_stats, accelerator, shared, errors, label = None, None, False, None, None
     for run in loads:
         if variant in run["per_variant"]:
@@ -114,16 +136,22 @@ def join(
             shared = len([name for name in run["per_variant"] if name != "?"]) > 1
             errors, label = _error_rate(run), _load_label(run)
     accuracy, interval, agreement, metric = None, None, None, "accuracy"
-    for run in evals:
-        if run["model"] == variant or variant in run.get("variants", {}):
-            figures = run["tasks"].get(task)
-            if figures:
-                accuracy, interval = figures["value"], (figures["ci95"][0], figures["ci95"][1])
-                metric = str(figures.get("metric", "accuracy"))
-            if run.get("agreement"):
-                agreement = run["agreement"]["exact_output_agreement"]["value"]
-            served: dict[str, Any] = next(iter(run["variants"].values()), {})
-            accelerator = accelerator or served.get("accelerator")
+    own: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+    split: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+    for measured in evals:
+        block, of_split = _eval_of(variant, measured)
+        if block is not None:
+            (split if of_split else own).append((block, measured))
+    # Its own (unsplit) eval wins over a split route's, whichever was listed last.
+    chosen, split_eval = (own or split)[-1:], not own and bool(split)
+    for block, source in chosen:
+        figures = (block.get("tasks") or {}).get(task)
+        if figures:
+            accuracy, interval = figures["value"], (figures["ci95"][0], figures["ci95"][1])
+            metric = str(figures.get("metric", "accuracy"))
+        if block.get("agreement"):
+            agreement = block["agreement"]["exact_output_agreement"]["value"]
+        accelerator = accelerator or (source.get("variants", {}).get(variant) or {}).get("accelerator")
     tokens = load_stats["output_tokens_per_s"] if load_stats else None
     return Row(
         variant=variant, accuracy=accuracy, accuracy_ci=interval, agreement=agreement,
@@ -133,7 +161,7 @@ def join(
         req_per_s=load_stats["req_per_s"] if load_stats else None,
         tokens_per_s=tokens, accelerator=accelerator,
         usd_per_m_tokens=None if shared else cost_per_million(accelerator, tokens, catalog),
-        shared_run=shared, metric=metric, error_rate=errors, load=label,
+        shared_run=shared, metric=metric, error_rate=errors, load=label, split_eval=split_eval,
     )  # fmt: skip
 
 
@@ -181,6 +209,12 @@ SHARED_NOTE = (
     "run of its own (`turnout loadtest --variant`)."
 )
 
+SPLIT_EVAL_NOTE = (
+    "\n§ scored in an eval of a split route: only on the prompts it served there (its n is theirs), "
+    "or not at all from a run that did not record which variant served each prompt; an eval of "
+    "its own (`turnout eval --model VARIANT`) scores it on every prompt."
+)
+
 
 def unpriced_note(rows: Sequence[Row]) -> list[str]:
     """A line naming accelerators that were measured but have no price in the catalog."""
@@ -196,6 +230,12 @@ def unpriced_note(rows: Sequence[Row]) -> list[str]:
         f"({', '.join(accelerators.names())}); name one of those in the variant's `accelerator` "
         f"(the file ${accelerators.PRICES_ENV} names can change their prices)."
     ]
+
+
+def notes(rows: Sequence[Row]) -> list[str]:
+    """The notes under the table: what †, § and ‡ mean, for those the rows use."""
+    shared = [SHARED_NOTE] if any(r.shared_run for r in rows) else []
+    return shared + ([SPLIT_EVAL_NOTE] if any(r.split_eval for r in rows) else []) + unpriced_note(rows)
 
 
 def _f(value: float | None, fmt: str) -> str:
@@ -214,7 +254,7 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
     head = ["variant", figure, "95% CI", "agreement", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
             "req/s", "tokens/s", "errors", "load run", "accelerator", "$/M output tokens"]  # fmt: skip
     body = [
-        [r.variant + (" †" if r.shared_run else ""),
+        [r.variant + (" †" if r.shared_run else "") + (" §" if r.split_eval else ""),
          _figure(r, r.accuracy),
          f"{_figure(r, r.accuracy_ci[0])}–{_figure(r, r.accuracy_ci[1])}" if r.accuracy_ci else "-",
          _f(r.agreement and 100 * r.agreement, ".1f") + ("%" if r.agreement is not None else ""),
@@ -232,8 +272,7 @@ def markdown(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: Se
     lines = [f"# Variant comparison (accuracy: {task})", "", "| " + " | ".join(table[0]) + " |",
              "|" + "---|" * len(table[0])]  # fmt: skip
     lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
-    lines += [SHARED_NOTE] if any(r.shared_run for r in rows) else []
-    lines += unpriced_note(rows)
+    lines += notes(rows)
     lines += ["", "## Verdicts", "", *[f"- {v}" for v in verdicts], "", "## Plots", ""]
     lines += [f"![{name}]({name})" for name in images]
     return "\n".join(lines) + "\n"
@@ -245,8 +284,7 @@ def html_page(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: S
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table[1:])
     items = "".join(f"<li>{html.escape(v)}</li>" for v in verdicts)
     pictures = "".join(f'<img src="{html.escape(name)}" alt="{html.escape(name)}">' for name in images)
-    notes = ([SHARED_NOTE] if any(r.shared_run for r in rows) else []) + unpriced_note(rows)
-    note = "".join(f"<p>{html.escape(text.strip())}</p>" for text in notes)
+    note = "".join(f"<p>{html.escape(text.strip())}</p>" for text in notes(rows))
     return (f"<!doctype html><meta charset='utf-8'><title>Turnout variant comparison</title>"
             f"<h1>Variant comparison (accuracy: {html.escape(task)})</h1><table border='1'><tr>{cells}</tr>"
             f"{body}</table>{note}<h2>Verdicts</h2><ul>{items}</ul><h2>Plots</h2>{pictures}\n")  # fmt: skip

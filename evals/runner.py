@@ -226,10 +226,8 @@ def _top1(records: list[dict[str, Any]], seed: int) -> dict[str, Any]:
     return _pooled(records, seed, share)
 
 
-def summarize(
-    run: EvalRun, records: list[dict[str, Any]], facts: dict[str, Any], started: str
-) -> dict[str, Any]:
-    """The ``turnout.eval/1`` summary of ``records`` (pure)."""
+def _scores(run: EvalRun, records: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(figures per task, agreement with the reference or None) of ``records`` (pure)."""
     tasks: dict[str, Any] = {}
     for task in run.tasks:
         chosen = [r for r in records if r["task"] == task]
@@ -246,11 +244,34 @@ def summarize(
         top1 = [r for r in records if r["task"] == "top1"]
         agreement = {"reference": run.reference, "exact_output_agreement": _interval(agreed, run.seed + 1),
                      "top1_token_agreement": _top1(top1, run.seed + 2)}  # fmt: skip
+    return tasks, agreement
+
+
+def summarize(
+    run: EvalRun, records: list[dict[str, Any]], facts: dict[str, Any], started: str
+) -> dict[str, Any]:
+    """The ``turnout.eval/1`` summary of ``records`` (pure).
+
+    When the model is a split route (its records name more than one serving variant, from
+    ``x-turnout-variant``), ``per_variant`` holds each variant's figures from the records it
+    served alone: the run's own figures are the mix, no one variant's.
+    """
+    tasks, agreement = _scores(run, records)
     seen = sorted({r["variant"] for r in records})
-    return {
+    summary = {
         "schema": "turnout.eval/1", "target": run.target, "model": run.model, "started_at": started,
         "variants": {v: facts.get(v, {}) for v in seen}, "tasks": tasks, "agreement": agreement,
     }  # fmt: skip
+    if len(seen) > 1:
+        per_variant = {}
+        for variant in seen:
+            served = [r for r in records if r["variant"] == variant]
+            mine, agreed = _scores(run, served)
+            present = {r["task"] for r in served}
+            per_variant[variant] = {"tasks": {t: f for t, f in mine.items() if t in present},
+                                    "agreement": agreed}  # fmt: skip
+        summary["per_variant"] = per_variant
+    return summary
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:

@@ -170,3 +170,35 @@ def test_compare_prices_with_the_prices_file(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("TURNOUT_PRICES_FILE", str(prices))
     row = join("a", [_load("a", 1000.0)], [], "addition", priced_catalog())
     assert row.usd_per_m_tokens == pytest.approx(1.0 / 3600 / 1000 * 1e6)
+
+
+def _continuation(value: float, n: int = 100) -> dict[str, object]:
+    return {
+        "continuation": {"metric": "normalized_match", "value": value, "ci95": [value - 0.1, 1.0], "n": n}
+    }
+
+
+def test_an_eval_of_a_split_route_is_no_variants_own_and_its_own_eval_wins() -> None:
+    from evals.runner import EvalRun, summarize
+
+    run = EvalRun("http://x", "mix", ("continuation",), Path("out"))
+    served = [("fp32", True)] * 50 + [("int4", True)] * 30 + [("int4", False)] * 20
+    records = [{"task": "continuation", "dataset": "continuation@1", "variant": variant, "correct": right}
+               for variant, right in served]  # fmt: skip
+    mixed = summarize(run, records, {}, "now")
+    assert mixed["tasks"]["continuation"]["value"] == 0.8  # the mix of both
+    assert mixed["per_variant"]["fp32"]["tasks"]["continuation"]["value"] == 1.0
+    assert mixed["per_variant"]["int4"]["tasks"]["continuation"]["n"] == 50
+    fp32, int4 = join("fp32", [], [mixed], "continuation"), join("int4", [], [mixed], "continuation")
+    assert (fp32.accuracy, int4.accuracy) == (1.0, 0.6) and fp32.split_eval and int4.split_eval
+    assert table_rows([fp32, int4])[2][0] == "int4 §" and "§ scored in an eval of a split route" in (
+        markdown([fp32, int4], [], "continuation", [])
+    )
+    # An older summary that kept no per-variant figures: no score, rather than the mix's.
+    older = {key: value for key, value in mixed.items() if key != "per_variant"}
+    assert join("int4", [], [older], "continuation").accuracy is None
+    # The variant's own eval wins, whichever run is listed last.
+    own = {"model": "int4", "variants": {"int4": {}}, "tasks": _continuation(0.9), "agreement": None}
+    for evals in ([own, mixed], [mixed, own]):
+        row = join("int4", [], evals, "continuation")
+        assert row.accuracy == 0.9 and not row.split_eval
