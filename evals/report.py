@@ -6,7 +6,8 @@ latency and throughput, and each variant's accelerator from the gateway) with ev
 accelerator catalog (``deploy/accelerators.py``, with ``$TURNOUT_PRICES_FILE``'s prices: price
 per hour over tokens per hour), and judges each variant against a baseline: accuracy change
 in points (within the budget?), tokens/s ratio, cost ratio. Speed and cost ratios are drawn
-only between load runs taken alike (scenario, users, endpoint, streaming) whose requests did
+only between load runs taken alike (scenario, users, endpoint, streaming; requests of the same
+shape: prompt and max tokens, trace, temperature) whose requests did
 not fail (at most 1% errors); a perplexity is shown as one (lower is better) and judged by
 its relative change, not against the accuracy budget. An eval of a split route credits each
 variant only with the figures of the prompts it served (``per_variant``), and a variant's own
@@ -48,6 +49,10 @@ class Row:
     metric: str = "accuracy"  # the task's own: accuracy, exact_match, perplexity...
     error_rate: float | None = None  # of its load run's requests
     load: str | None = None  # how its load run was taken: "steady, 8 users, chat stream"
+    # How its load run's requests were asked ((field, value) pairs of summary.json's "request");
+    # None for a summary from before it was recorded, or no load run.
+    request: tuple[tuple[str, str], ...] | None = None
+    has_load: bool = False
     # Its eval figures come from an eval of a split route: only from the prompts it served there
     # (none from an older run that did not keep them apart).
     split_eval: bool = False
@@ -95,6 +100,30 @@ def _load_label(run: Mapping[str, Any]) -> str | None:
     return f"{run.get('scenario', '?')}, {run['users']} users, {run.get('endpoint', '?')}{stream}"
 
 
+# The request fields that change what a load run measures (its pinned variant and requested
+# duration are recorded too, but runs of different variants are meant to be compared).
+REQUEST_FIELDS = (("prompt_tokens", "prompt tokens"), ("max_tokens", "max tokens"), ("trace", "trace"),
+                  ("temperature", "temperature"))  # fmt: skip
+
+
+def _request_text(key: str, value: Any) -> str:
+    if value is None:
+        return "the server's" if key == "temperature" else "-"
+    if key == "trace" and isinstance(value, Mapping):
+        return f"{value.get('shapes', '?')} shapes, sha256 {value.get('sha256', '?')}"
+    if isinstance(value, list) and len(value) == 2:
+        return str(value[0]) if value[0] == value[1] else f"{value[0]}-{value[1]}"
+    return str(value)
+
+
+def _request(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | None:
+    """The load run's request shape as (field, text) pairs; None when its summary has none."""
+    request = run.get("request")
+    if not isinstance(request, Mapping):
+        return None
+    return tuple((name, _request_text(key, request.get(key))) for key, name in REQUEST_FIELDS)
+
+
 def _error_rate(run: Mapping[str, Any]) -> float | None:
     """Failed requests over all of the run's (a failed request names no variant: the run's)."""
     overall = run.get("overall") or {}
@@ -128,13 +157,14 @@ def join(
     """One variant's figures: the last load run and the last eval run that measured it (an eval
     of the variant alone over one of a split route that served it part of the time)."""
     load_stats, accelerator, shared, errors, label = None, None, False, None, None
+    request: tuple[tuple[str, str], ...] | None = None
     for run in loads:
         if variant in run["per_variant"]:
             load_stats = run["per_variant"][variant]
             accelerator = (run.get("variants", {}).get(variant) or {}).get("accelerator")
             # "?": its failed requests, which name no variant; not another variant's share.
             shared = len([name for name in run["per_variant"] if name != "?"]) > 1
-            errors, label = _error_rate(run), _load_label(run)
+            errors, label, request = _error_rate(run), _load_label(run), _request(run)
     accuracy, interval, agreement, metric = None, None, None, "accuracy"
     own: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
     split: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
@@ -162,6 +192,7 @@ def join(
         tokens_per_s=tokens, accelerator=accelerator,
         usd_per_m_tokens=None if shared else cost_per_million(accelerator, tokens, catalog),
         shared_run=shared, metric=metric, error_rate=errors, load=label, split_eval=split_eval,
+        request=request, has_load=load_stats is not None,
     )  # fmt: skip
 
 
@@ -172,7 +203,21 @@ def _incomparable(row: Row, baseline: Row) -> str | None:
             return f"{100 * which.error_rate:.1f}% of {which.variant}'s load requests failed"
     if row.load and baseline.load and row.load != baseline.load:
         return f"load runs taken differently ({row.load} vs {baseline.load})"
+    if row.request is not None and baseline.request is not None and row.request != baseline.request:
+        differ = [f"{name} {mine} vs {theirs}"
+                  for (name, mine), (_, theirs) in zip(row.request, baseline.request, strict=True)
+                  if mine != theirs]  # fmt: skip
+        return f"load requests asked differently ({', '.join(differ)})"
     return None
+
+
+def _unknown_request(row: Row, baseline: Row) -> str | None:
+    """Which load run's request shape is not known (a summary.json from before it was recorded)."""
+    unknown = [r.variant for r in (baseline, row) if r.has_load and r.request is None]
+    if not unknown or not (row.has_load and baseline.has_load):
+        return None
+    runs = "load run" if len(unknown) == 1 else "load runs"
+    return f"requests assumed alike (not recorded in the {runs} of {' and '.join(unknown)})"
 
 
 def verdict(row: Row, baseline: Row, budget_pt: float) -> str:
@@ -193,6 +238,9 @@ def verdict(row: Row, baseline: Row, budget_pt: float) -> str:
         parts.append(f"{row.usd_per_m_tokens / baseline.usd_per_m_tokens:.2f}× cost")
     if apart and row.variant != baseline.variant:
         parts.append(f"no speed or cost ratio: {apart}")
+    unknown = _unknown_request(row, baseline)
+    if unknown and not apart and row.variant != baseline.variant and any("×" in part for part in parts):
+        parts.append(unknown)
     if row.variant == baseline.variant:
         return f"{row.variant}: baseline" + (f" ({apart})" if apart else "")
     if row.accuracy is None or baseline.accuracy is None:

@@ -5,12 +5,14 @@ Off the request path; it drives a gateway from outside. Starts ``python -m locus
 by the scenario's duration, shows progress from the records file while it runs, and writes
 into ``--out``: locust's CSV and HTML, ``records.jsonl`` (one line per request),
 ``summary.json`` (contract ``turnout.loadtest/1``) and ``summary.md``. Variant facts (engine,
-vendor, accelerator) come from the gateway's ``turnout_variant_info`` gauge.
+vendor, accelerator) come from the gateway's ``turnout_variant_info`` gauge; ``request``
+records how the requests were asked, so runs asking differently are not compared as alike.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import subprocess
@@ -92,6 +94,25 @@ def check_route(target: str, route: str, api_key: str | None, variant: str | Non
     )
     if 400 <= reply.status_code < 500:
         raise RuntimeError(f"--variant {variant}: {target} answered {reply.status_code}: {reply.text[:300]}")
+
+
+def request_facts(test: LoadTest) -> dict[str, Any]:
+    """How the run's requests were asked (summary.json's ``request``): a run asking 32 tokens and
+    one asking 1 measure different things, so ``turnout compare`` draws no ratio between them."""
+    shape = test.shape
+    trace = None
+    if shape.kind == "trace":
+        digest = hashlib.sha256(json.dumps(shape.trace).encode()).hexdigest()[:16]
+        trace = {"shapes": len(shape.trace), "sha256": digest}
+    return {
+        "shape": shape.kind,
+        "prompt_tokens": None if trace else list(shape.prompt_tokens),
+        "max_tokens": None if trace else list(shape.max_tokens),
+        "trace": trace,
+        "temperature": test.temperature,
+        "variant": test.variant,
+        "requested_duration_s": test.scenario.duration_s,
+    }
 
 
 def _read_records(path: Path) -> list[Record]:
@@ -180,7 +201,7 @@ def run(test: LoadTest, out: TextIO = sys.stderr) -> dict[str, Any]:
         "schema": "turnout.loadtest/1",
         "target": test.target, "route": test.route, "scenario": scenario.name,
         "endpoint": test.endpoint, "stream": test.stream, "users": scenario.users,
-        "duration_s": round(seconds, 3), "started_at": started_at,
+        "duration_s": round(seconds, 3), "started_at": started_at, "request": request_facts(test),
         "overall": stats(records, seconds),
         "per_variant": per_variant(records, seconds),
         "variants": variant_facts(test.target),

@@ -87,6 +87,7 @@ def test_a_steady_run_matches_the_gateways_own_counters(embedded: Launched, tmp_
     assert gateway_ttft_ms * 0.95 <= client_ttft_ms <= gateway_ttft_ms * 2 + 50
     assert overall["output_tokens"] > 0 and overall["itl_ms"]["p50"] is not None
     assert summary["variants"][route]["engine"] == "onnxruntime-genai"
+    assert summary["request"]["max_tokens"] == [8, 8] and summary["request"]["requested_duration_s"] == 5.0
     for name in ("locust_stats.csv", "locust.html", "summary.md", "records.jsonl"):
         assert (tmp_path / name).is_file(), name
     assert "| turnout-tiny-int4 |" in (tmp_path / "summary.md").read_text()

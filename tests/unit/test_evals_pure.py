@@ -62,10 +62,15 @@ def test_scoring_and_intervals() -> None:
     assert wilson_ci(90, 100) == pytest.approx((0.8256, 0.9448), abs=1e-4)
 
 
-def _load(variant: str, tokens: float) -> dict[str, object]:
+REQUEST = {"shape": "fixed", "prompt_tokens": [8, 8], "max_tokens": [32, 32], "trace": None,
+           "temperature": None, "variant": None, "requested_duration_s": 20.0}  # fmt: skip
+
+
+def _load(variant: str, tokens: float, **request: object) -> dict[str, object]:
     block = {"output_tokens_per_s": tokens, "req_per_s": tokens / 5, "ttft_ms": {"p50": 10.0, "p99": 30.0},
              "itl_ms": {"p50": 1.0}}  # fmt: skip
-    return {"per_variant": {variant: block}, "variants": {variant: {"accelerator": "h100-80gb"}}}
+    return {"per_variant": {variant: block}, "variants": {variant: {"accelerator": "h100-80gb"}},
+            "request": {**REQUEST, "variant": variant, **request}}  # fmt: skip
 
 
 def test_join_prices_tokens_and_the_verdict_states_the_budget() -> None:
@@ -202,3 +207,24 @@ def test_an_eval_of_a_split_route_is_no_variants_own_and_its_own_eval_wins() -> 
     for evals in ([own, mixed], [mixed, own]):
         row = join("int4", [], evals, "continuation")
         assert row.accuracy == 0.9 and not row.split_eval
+
+
+def test_load_runs_asking_differently_shaped_requests_draw_no_ratio() -> None:
+    long, short = (
+        join("a", [_load("a", 1000.0)], [], "addition"),
+        join("b", [_load("b", 5160.0, max_tokens=[1, 1])], [], "addition"),
+    )
+    said = verdict(short, long, 1.0)
+    assert "×" not in said and "load requests asked differently (max tokens 1 vs 32)" in said
+    slower = join("b", [_load("b", 900.0, requested_duration_s=60.0)], [], "addition")
+    assert "0.90× tokens/s" in verdict(slower, long, 1.0)  # its pinned variant and duration: alike
+    hot = join("b", [_load("b", 900.0, temperature=1.0)], [], "addition")
+    assert "temperature 1.0 vs the server's" in verdict(hot, long, 1.0)
+    traced = join("b", [_load("b", 900.0, shape="trace", prompt_tokens=None, max_tokens=None,
+                              trace={"shapes": 3, "sha256": "ab12"})], [], "addition")  # fmt: skip
+    assert "trace 3 shapes, sha256 ab12 vs -" in verdict(traced, long, 1.0)
+    # An older summary.json without "request": read, and the verdict says the shape is assumed.
+    older = _load("b", 900.0)
+    del older["request"]
+    said = verdict(join("b", [older], [], "addition"), long, 1.0)
+    assert "0.90× tokens/s" in said and "requests assumed alike (not recorded in the load run of b)" in said

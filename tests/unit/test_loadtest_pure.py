@@ -130,3 +130,21 @@ def test_failures_are_told_apart_so_only_a_gone_gateway_reads_as_one() -> None:
     assert failure_kind(KeyError("usage")) == "bad_response"
     # A whole answer cut short comes back as the bytes that arrived, no error: its length says so.
     assert truncated(18, "100") and not truncated(100, "100") and not truncated(18, None)
+
+
+def test_the_summary_records_how_requests_were_asked(tmp_path: Path) -> None:
+    from loadtests.runner import LoadTest, request_facts
+
+    asked = LoadTest("http://x", "r", tmp_path, Scenario("steady", 4, 20.0), parse_shape("4-8", "32"),
+                     variant="int4", temperature=0.5)  # fmt: skip
+    assert request_facts(asked) == {
+        "shape": "uniform", "prompt_tokens": [4, 8], "max_tokens": [32, 32], "trace": None,
+        "temperature": 0.5, "variant": "int4", "requested_duration_s": 20.0,
+    }  # fmt: skip
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt_tokens": 3, "max_tokens": 5}\n')
+    traced = request_facts(
+        LoadTest("http://x", "r", tmp_path, Scenario("steady", 4, 20.0), parse_shape("1", "1", trace))
+    )
+    assert traced["trace"]["shapes"] == 1 and len(traced["trace"]["sha256"]) == 16
+    assert traced["prompt_tokens"] is None and traced["max_tokens"] is None
