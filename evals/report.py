@@ -230,7 +230,7 @@ def verdict(row: Row, baseline: Row, budget_pt: float) -> str:
         else:
             delta = 100 * (row.accuracy - baseline.accuracy)
             parts.append(f"{delta:+.1f} pt accuracy".replace("-", "−"))
-            ok = delta >= -budget_pt
+            ok = round(delta, 9) >= -budget_pt  # 198/200 vs 200/200 is −1.0000000000000009 pt
     apart = _incomparable(row, baseline)
     if row.tokens_per_s and baseline.tokens_per_s and not (row.shared_run or baseline.shared_run or apart):
         parts.append(f"{row.tokens_per_s / baseline.tokens_per_s:.2f}× tokens/s")

@@ -228,3 +228,16 @@ def test_load_runs_asking_differently_shaped_requests_draw_no_ratio() -> None:
     del older["request"]
     said = verdict(join("b", [older], [], "addition"), long, 1.0)
     assert "0.90× tokens/s" in said and "requests assumed alike (not recorded in the load run of b)" in said
+
+
+def test_a_variant_exactly_at_the_budget_is_within_it() -> None:
+    def row(variant: str, right: int) -> Row:
+        return Row(variant, right / 200, None, None, None, None, None, None, None, None, None)
+
+    assert (
+        verdict(row("int4", 198), row("fp32", 200), 1.0) == "int4: −1.0 pt accuracy: within the 1 pt budget"
+    )
+    assert verdict(row("int4", 197), row("fp32", 200), 1.0).endswith("outside the 1 pt budget")
+    assert (
+        verdict(row("int4", 199), row("fp32", 200), 0.5) == "int4: −0.5 pt accuracy: within the 0.5 pt budget"
+    )
