@@ -7,6 +7,7 @@ ramp shape turn them into the ``summary.json`` figures here (contract
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from http.client import HTTPException
@@ -41,10 +42,13 @@ class Record:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest rank: the smallest value with at least ``q`` of the values at or below it, the
+    ``ceil(q * n)``-th (0.95 * 20 is 19.000000000000004 in floating point: that is rank 19)."""
     if not values:
         return None
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
+    rank = math.ceil(q * len(ordered) - 1e-9)
+    return ordered[min(len(ordered), max(1, rank)) - 1]
 
 
 def pct(values: Sequence[float]) -> dict[str, float | None]:

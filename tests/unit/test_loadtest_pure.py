@@ -31,6 +31,12 @@ def test_percentiles_are_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
     assert (percentile(values, 0.5), percentile(values, 0.99), percentile(values, 1.0)) == (50.0, 99.0, 100.0)
     assert percentile([], 0.5) is None and percentile([7.0], 0.99) == 7.0
+    # ceil(q * n): the rounding it had put p95 of 1..19 at 18, p99 of 1..60 at 59, p90 of 1..9 at 8
+    assert percentile([float(v) for v in range(1, 20)], 0.95) == 19.0
+    assert percentile([float(v) for v in range(1, 61)], 0.99) == 60.0
+    assert percentile([float(v) for v in range(1, 10)], 0.9) == 9.0
+    assert percentile([float(v) for v in range(1, 21)], 0.95) == 19.0  # 0.95 * 20 = 19.000000000000004
+    assert percentile([float(v) for v in range(1, 4)], 0.0) == 1.0
 
 
 def test_stats_count_errors_by_kind_and_throughput_from_successes() -> None:
