@@ -179,8 +179,10 @@ def join(
         if figures:
             accuracy, interval = figures["value"], (figures["ci95"][0], figures["ci95"][1])
             metric = str(figures.get("metric", "accuracy"))
-        if block.get("agreement"):
-            agreement = block["agreement"]["exact_output_agreement"]["value"]
+        exact = (block.get("agreement") or {}).get("exact_output_agreement") or {}
+        # n 0: none measured (older summaries wrote its value as 0.0), not 0% agreement
+        if exact.get("value") is not None and exact.get("n") != 0:
+            agreement = exact["value"]
         accelerator = accelerator or (source.get("variants", {}).get(variant) or {}).get("accelerator")
     tokens = load_stats["output_tokens_per_s"] if load_stats else None
     return Row(

@@ -200,6 +200,8 @@ def _pooled(records: list[dict[str, Any]], seed: int, value: Any, resamples: int
 
 
 def _interval(values: list[float], seed: int) -> dict[str, Any]:
+    if not values:  # nothing measured (agreement asked for with log-likelihood tasks only): no 0%
+        return {"value": None, "ci95": None, "n": 0}
     if all(v in (0.0, 1.0) for v in values):  # right or wrong: a proportion's own interval
         low, high = wilson_ci(int(sum(values)), len(values))
     else:
@@ -278,6 +280,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     lines = [f"# Eval: {summary['model']} ({', '.join(summary['variants'])})", "",
              "| task | metric | value | 95% CI | n |", "|---|---|---:|---|---:|"]  # fmt: skip
     for task, figures in summary["tasks"].items():
+        if not figures["n"]:
+            lines.append(f"| {task} | {figures['metric']} | - | - | 0 |")
+            continue
         low, high = figures["ci95"]
         if figures["metric"] == "perplexity":
             value, interval = f"{figures['value']:.3f}", f"{low:.3f}–{high:.3f}"

@@ -241,3 +241,17 @@ def test_a_variant_exactly_at_the_budget_is_within_it() -> None:
     assert (
         verdict(row("int4", 199), row("fp32", 200), 0.5) == "int4: −0.5 pt accuracy: within the 0.5 pt budget"
     )
+
+
+def test_an_agreement_nothing_measured_is_shown_as_not_measured() -> None:
+    from evals.runner import EvalRun, summarize, summary_markdown
+
+    run = EvalRun("http://x", "int4", ("text",), Path("out"), reference="fp32")
+    records = [{"task": "text", "dataset": "text@1", "variant": "int4", "nll": 1.0, "tokens": 4}]
+    summary = summarize(run, records, {}, "now")  # no generation task: no answer to compare
+    assert summary["agreement"]["exact_output_agreement"] == {"value": None, "ci95": None, "n": 0}
+    assert "Exact-output" not in summary_markdown(summary)
+    row = join("int4", [], [summary], "text")
+    assert row.agreement is None and table_rows([row])[1][3] == "-"
+    older = {**summary, "agreement": {"exact_output_agreement": {"value": 0.0, "ci95": [0.0, 0.0], "n": 0}}}
+    assert join("int4", [], [older], "text").agreement is None  # what summaries wrote before
