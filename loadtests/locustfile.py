@@ -156,24 +156,45 @@ class OpenAIUser(FastHttpUser):
             self.backoff_s = 0.0
 
     def _read_stream(self, response: Any, chat: bool, start: float, row: dict[str, Any]) -> None:
-        """Read the SSE answer line by line (a line arrives as soon as the gateway sends it)."""
+        """Read the SSE answer line by line (a line arrives as soon as the gateway sends it).
+
+        A 200 is not success by itself: the answer must be an event stream (``text/event-stream``)
+        with at least one JSON event, else ``bad_response``; one that ends before ``[DONE]`` was
+        cut off (``connection``, as a whole answer shorter than its Content-Length). A stream
+        without usage has its output tokens counted as its content chunks (``tokens_estimated``).
+        """
         raw = response._response  # geventhttpclient's response: readline() returns what has arrived
-        stamps = []
+        content_type = str((response.headers or {}).get("content-type") or "")
+        if not content_type.lower().startswith("text/event-stream"):
+            row["error"] = "bad_response"
+            return
+        stamps, events, done, usage = [], 0, False, None
         while True:
             line = raw.readline(b"\n")
             if not line:
                 break
-            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+            if not line.startswith(b"data:"):
                 continue
-            event = json.loads(line[len(b"data: ") :])
+            data = line[len(b"data:") :].strip()
+            if data == b"[DONE]":
+                done = True
+                continue
+            event = json.loads(data)  # not JSON: a bad_response (failure_kind)
+            events += 1
             if "error" in event:
                 row["error"] = "stream_error"
                 continue
             if _content(event, chat):
                 stamps.append(time.perf_counter())
-            usage = event.get("usage")
-            if usage:
-                row["output_tokens"] = int(usage.get("completion_tokens", 0))
+            usage = event.get("usage") or usage
+        if row["error"] is None and not done:
+            row["error"] = "connection"  # closed before [DONE]: cut off mid-answer
+        elif row["error"] is None and not events:
+            row["error"] = "bad_response"  # [DONE] and nothing else: no answer at all
+        if usage:
+            row["output_tokens"] = int(usage.get("completion_tokens", 0))
+        else:
+            row["output_tokens"], row["tokens_estimated"] = len(stamps), True
         if stamps:
             row["ttft_ms"] = (stamps[0] - start) * 1000
             if len(stamps) > 1:

@@ -47,6 +47,11 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     errors = summary["overall"]["errors_by_kind"]
     if errors:
         lines += ["", "Errors: " + ", ".join(f"{kind} {count}" for kind, count in sorted(errors.items()))]
+    estimated = summary["overall"].get("output_tokens_estimated", 0)
+    if estimated:
+        requests = summary["overall"]["requests"]
+        lines += ["", f"Output tokens estimated for {estimated} of {requests} requests: their streams "
+                  "carried no usage, so each content chunk counted as one token."]  # fmt: skip
     knee = summary.get("knee")
     if knee:
         slo = knee["slo"]

@@ -26,6 +26,7 @@ class Record:
     ttft_ms: float | None
     itl_ms: float | None
     output_tokens: int
+    tokens_estimated: bool = False  # a stream without usage: its content chunks counted instead
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Record:
@@ -38,6 +39,7 @@ class Record:
             ttft_ms=None if row.get("ttft_ms") is None else float(row["ttft_ms"]),
             itl_ms=None if row.get("itl_ms") is None else float(row["itl_ms"]),
             output_tokens=int(row.get("output_tokens") or 0),
+            tokens_estimated=bool(row.get("tokens_estimated")),
         )
 
 
@@ -78,6 +80,8 @@ def stats(records: Sequence[Record], seconds: float) -> dict[str, Any]:
         "errors_by_kind": kinds,
         "req_per_s": len(ok) / seconds if seconds > 0 else 0.0,
         "output_tokens": tokens,
+        # successful requests whose tokens were counted as content chunks (the stream had no usage)
+        "output_tokens_estimated": sum(r.tokens_estimated for r in ok),
         "output_tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
         "ttft_ms": pct([r.ttft_ms for r in ok if r.ttft_ms is not None]),
         "itl_ms": pct([r.itl_ms for r in ok if r.itl_ms is not None]),

@@ -12,8 +12,10 @@ import importlib.util
 import json
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -237,3 +239,74 @@ def test_a_target_that_goes_down_mid_run_fails_it_and_its_users_back_off(tmp_pat
     assert run.returncode == 1 and "requests got no answer at all (connection refused or reset" in stderr
     assert 2 <= len(refused) <= 60, len(refused)  # ~2 s down, 2 users backing off 0.05 s .. 1 s
     assert len(rows) - len(refused) > 100  # it answered before it went
+
+
+CHUNK = b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n'
+# What a 200 answers to a streamed request, per case; HTTP/1.0, so each body ends at the close.
+BAD_ANSWERS = {
+    "not json": ("application/json", b"not json at all"),
+    "only [DONE]": ("text/event-stream", b"data: [DONE]\n\n"),
+    "cut before [DONE]": ("text/event-stream", CHUNK),
+    "no usage": ("text/event-stream", CHUNK * 3 + b"data: [DONE]\n\n"),
+}
+
+
+@pytest.fixture
+def answering() -> Iterator[Callable[[str], str]]:
+    """A server answering every completion 200 with the named case of BAD_ANSWERS; returns its URL."""
+    servers = []
+
+    def start(case: str) -> str:
+        content_type, body = BAD_ANSWERS[case]
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                listed = json.dumps({"data": [{"id": "m"}]}).encode() if self.path == "/v1/models" else b""
+                self.send_response(200 if listed else 404)
+                self.end_headers()
+                self.wfile.write(listed)
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["content-length"]))
+                self.send_response(200)
+                self.send_header("content-type", content_type)
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("case", "kind"),
+    [("not json", "bad_response"), ("only [DONE]", "bad_response"), ("cut before [DONE]", "connection")],
+)
+def test_a_streamed_200_that_is_no_answer_is_an_error(
+    answering: Callable[[str], str], tmp_path: Path, case: str, kind: str
+) -> None:
+    """Each of these used to count as a success (0 errors, exit 0); --no-stream said bad_response."""
+    done = loadtest("--target", answering(case), "--route", "m", "--users", "1", "--duration", "1s",
+                    "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 1 and f"every request failed ({kind} " in done.stderr, done.stderr[-2000:]
+
+
+def test_a_stream_without_usage_counts_its_chunks_and_says_so(
+    answering: Callable[[str], str], tmp_path: Path
+) -> None:
+    done = loadtest("--target", answering("no usage"), "--route", "m", "--users", "1", "--duration", "1s",
+                    "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    overall = json.loads((tmp_path / "summary.json").read_text())["overall"]
+    assert overall["errors"] == 0 and overall["output_tokens"] == 3 * overall["requests"] > 0
+    assert overall["output_tokens_estimated"] == overall["requests"]
+    assert "Output tokens estimated for" in (tmp_path / "summary.md").read_text()
