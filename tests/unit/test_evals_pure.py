@@ -255,3 +255,21 @@ def test_an_agreement_nothing_measured_is_shown_as_not_measured() -> None:
     assert row.agreement is None and table_rows([row])[1][3] == "-"
     older = {**summary, "agreement": {"exact_output_agreement": {"value": 0.0, "ci95": [0.0, 0.0], "n": 0}}}
     assert join("int4", [], [older], "text").agreement is None  # what summaries wrote before
+
+
+def test_every_reference_answer_fits_its_tasks_max_tokens() -> None:
+    """cont-0048's answer is 19 tokens: with max_tokens 16 no model could get it right."""
+    from evals.runner import GENERATION_TASKS
+
+    tokenizers = pytest.importorskip("tokenizers")
+    root = Path(__file__).resolve().parents[2]
+    tokenizer = tokenizers.Tokenizer.from_file(
+        str(root / "deploy/model/artifacts/turnout-tiny/hf/tokenizer.json")
+    )
+    for task, (name, _, max_tokens) in GENERATION_TASKS.items():
+        for row in shipped()[name].rows:
+            tokens = len(tokenizer.encode(row["answer"], add_special_tokens=False).ids)
+            margin = 1 if task == "addition" else 4  # three digits and an end; a sentence may run on
+            assert tokens + margin <= max_tokens, (
+                f"{task} {row['id']}: {tokens} tokens, max_tokens {max_tokens}"
+            )
