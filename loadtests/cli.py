@@ -52,7 +52,9 @@ def register(commands: Any) -> None:
     run.add_argument("--temperature", type=float, help="sampling temperature (default: the server's)")
     run.add_argument("--api-key", help="client key (Authorization: Bearer …)")
     run.add_argument("--step-users", type=int, default=2, help="ramp: users added per step")
-    run.add_argument("--step", type=duration, default=5.0, help="ramp: step length (default 5s)")
+    run.add_argument(
+        "--step", type=duration, default=5.0, help="ramp: step length, ≤ --duration (default 5s)"
+    )
     run.add_argument("--slo-p95-ttft-ms", type=float, default=1000.0, help="ramp SLO (default 1000)")
     run.add_argument(
         "--slo-max-error-rate",
@@ -83,6 +85,11 @@ def _run(args: argparse.Namespace) -> int:
             ("--duration must be > 0", args.duration <= 0),
             ("--step-users must be ≥ 1", args.step_users < 1),
             ("--step must be > 0", args.step <= 0),
+            (
+                f"--step {args.step:g}s is longer than --duration {args.duration:g}s: a ramp's first step "
+                "would never end, so nothing would be judged",
+                args.scenario == "ramp" and args.step > args.duration,
+            ),
             ("--timeout must be > 0", args.timeout <= 0),
             ("--slo-max-error-rate must be within 0..1", not 0 <= args.slo_max_error_rate <= 1),
         )

@@ -28,7 +28,8 @@ class Scenario:
     step_s: float = 5.0
 
     def steps(self) -> int:
-        """How many ramp steps fit (bounded by both ``users`` and ``duration_s``)."""
+        """How many ramp steps fit (bounded by both ``users`` and ``duration_s``; at least one, which
+        is judged only if it ends within the run: ``turnout loadtest`` refuses ``step_s > duration_s``)."""
         by_users = math.ceil(self.users / self.step_users)
         return max(1, min(by_users, int(self.duration_s // self.step_s)))
 

@@ -154,3 +154,17 @@ def test_the_summary_records_how_requests_were_asked(tmp_path: Path) -> None:
     )
     assert traced["trace"]["shapes"] == 1 and len(traced["trace"]["sha256"]) == 16
     assert traced["prompt_tokens"] is None and traced["max_tokens"] is None
+
+
+def test_a_ramp_step_longer_than_the_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to run, judge no step and report "Max sustainable rate: 0.0 req/s" with exit 0."""
+    from serving.cli import main
+
+    args = ["loadtest", "--target", "http://127.0.0.1:9", "--route", "x", "--scenario", "ramp",
+            "--duration", "5s", "--out", str(tmp_path)]  # fmt: skip
+    assert main([*args, "--step", "10s"]) == 2
+    assert "--step 10s is longer than --duration 5s" in capsys.readouterr().err
+    assert main([*args, "--step", "5s"]) == 1  # as long as the run: one step, judged; here no target
+    assert "cannot reach http://127.0.0.1:9" in capsys.readouterr().err
