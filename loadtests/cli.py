@@ -175,11 +175,11 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with summary.json)")
     parser.add_argument("--png", type=Path, help="chart file (default: compare.png next to the first run)")
     args = parser.parse_args(argv)
-    from loadtests.report import compare_chart, compare_table, load_summary, run_label
+    from loadtests.report import compare_chart, compare_table, load_summary, run_labels
 
     try:
         summaries = [(folder, load_summary(folder)) for folder in args.runs]
-        runs = [(run_label(summary, folder), summary) for folder, summary in summaries]
+        runs = list(zip(run_labels(summaries), (summary for _, summary in summaries), strict=True))
     except ValueError as exc:
         print(f"turnout: {exc}", file=sys.stderr)
         return 2

@@ -86,12 +86,37 @@ def run_label(summary: dict[str, Any], folder: Path) -> str:
     return f"{summary['route']} ({folder.name})"
 
 
+def run_labels(runs: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """One label per run, each different: ``route (folder)``, with the parent folder where two
+    would read the same (``a/fp32``, ``b/fp32``), and a number where that is not enough either
+    (the chart drew runs of one label as one bar)."""
+    labels = [run_label(summary, folder) for folder, summary in runs]
+    if len(set(labels)) < len(labels):
+        labels = [
+            f"{summary['route']} ({folder.parent.name}/{folder.name})" if labels.count(label) > 1 else label
+            for (folder, summary), label in zip(runs, labels, strict=True)
+        ]
+    return [
+        label if labels.count(label) == 1 else f"{label} #{index + 1}" for index, label in enumerate(labels)
+    ]
+
+
 def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """Markdown table: one row per run, its overall figures."""
     return "\n".join([HEADER, *(_row(label, summary["overall"]) for label, summary in runs)]) + "\n"
 
 
 def compare_chart(runs: Sequence[tuple[str, dict[str, Any]]], path: Path) -> None:
+    """Write :func:`chart` of ``runs`` to ``path`` (a PNG)."""
+    import matplotlib.pyplot as plt
+
+    figure = chart(runs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def chart(runs: Sequence[tuple[str, dict[str, Any]]]) -> Any:
     """Two panels: TTFT and latency percentiles per run; request and token throughput per run."""
     import matplotlib
 
@@ -106,20 +131,21 @@ def compare_chart(runs: Sequence[tuple[str, dict[str, Any]]], path: Path) -> Non
     for index, (block, q, name) in enumerate(series):
         values = [summary["overall"][block][q] or 0.0 for _, summary in runs]
         latency.bar([i + index * width for i in range(len(runs))], values, width, label=name)
-    latency.set_xticks([i + 1.5 * width for i in range(len(runs))], labels, rotation=10)
+    latency.set_xticks([i + 1.5 * width for i in range(len(runs))], labels, rotation=20, ha="right")
     latency.set_ylabel("ms")
     latency.set_title("Latency percentiles")
     latency.legend(fontsize=8)
     rps = [summary["overall"]["req_per_s"] for _, summary in runs]
     tokens = [summary["overall"]["output_tokens_per_s"] for _, summary in runs]
-    throughput.bar(labels, rps, color="tab:blue")
+    # By position, not by label: bars of equal labels would be drawn as one.
+    places = list(range(len(runs)))
+    throughput.bar(places, rps, color="tab:blue")
+    throughput.set_xticks(places, labels, rotation=20, ha="right")
     throughput.set_ylabel("requests/s", color="tab:blue")
     twin = throughput.twinx()
-    twin.plot(labels, tokens, "o-", color="tab:orange")
+    twin.plot(places, tokens, "o-", color="tab:orange")
     twin.set_ylabel("output tokens/s", color="tab:orange")
     twin.set_ylim(bottom=0)
     throughput.set_title("Throughput")
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    return figure

@@ -168,3 +168,22 @@ def test_a_ramp_step_longer_than_the_run_is_refused(
     assert "--step 10s is longer than --duration 5s" in capsys.readouterr().err
     assert main([*args, "--step", "5s"]) == 1  # as long as the run: one step, judged; here no target
     assert "cannot reach http://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_runs_of_one_route_in_like_named_folders_get_labels_of_their_own(tmp_path: Path) -> None:
+    """Both used to be "ab (fp32)", drawn as one bar."""
+    from loadtests.report import chart, compare_chart, run_labels
+
+    rows = [record(t / 10) for t in range(10)]
+    summary = {"route": "ab", "overall": stats(rows, 1.0)}
+    runs = [(Path("monday/fp32"), summary), (Path("tuesday/fp32"), summary), (Path("x/int8"), summary)]
+    assert run_labels(runs) == ["ab (monday/fp32)", "ab (tuesday/fp32)", "ab (int8)"]
+    assert run_labels([(Path("a/fp32"), summary)] * 2) == ["ab (a/fp32) #1", "ab (a/fp32) #2"]
+    pytest.importorskip("matplotlib")
+    figure = chart(list(zip(run_labels(runs), [summary] * 3, strict=True)))
+    throughput = figure.axes[1]
+    assert len(throughput.patches) == 3  # one bar per run
+    assert [t.get_text() for t in throughput.get_xticklabels()] == run_labels(runs)
+    assert {t.get_rotation() for t in throughput.get_xticklabels()} == {20.0}
+    compare_chart(list(zip(run_labels(runs), [summary] * 3, strict=True)), tmp_path / "compare.png")
+    assert (tmp_path / "compare.png").read_bytes().startswith(b"\x89PNG")
