@@ -47,10 +47,15 @@ def register(commands: Any) -> None:
     compare.add_argument("--accuracy-budget-pt", type=float, default=1.0, help="allowed accuracy loss")
 
 
+def parse_tasks(text: str) -> tuple[str, ...]:
+    """``--tasks a,b,a`` → ``("a", "b")``: in order, each once (a repeated task was scored twice)."""
+    return tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+
+
 def _eval(args: argparse.Namespace) -> int:
     from evals.runner import EvalError, EvalRun, run_eval
 
-    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    tasks = parse_tasks(args.tasks)
     run = EvalRun(args.target.rstrip("/"), args.model, tasks, args.out, args.reference, args.concurrency,
                   args.limit, args.chat, args.api_key, args.seed)  # fmt: skip
     try:

@@ -60,3 +60,10 @@ def test_compare_refuses_clearly(
 def test_compare_with_no_runs_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "--variants", "a", "--out", str(tmp_path / "r")]) == 2
     assert "nothing to compare" in capsys.readouterr().err
+
+
+def test_a_repeated_task_is_run_once() -> None:
+    from evals.cli import parse_tasks
+
+    assert parse_tasks("addition,addition") == ("addition",)  # it was scored twice
+    assert parse_tasks(" continuation, addition,continuation,") == ("continuation", "addition")
