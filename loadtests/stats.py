@@ -45,7 +45,7 @@ class Record:
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Nearest rank: the smallest value with at least ``q`` of the values at or below it, the
-    ``ceil(q * n)``-th (0.95 * 20 is 19.000000000000004 in floating point: that is rank 19)."""
+    ``ceil(q * n)``-th (0.07 * 100 is 7.000000000000001 in floating point: that is rank 7)."""
     if not values:
         return None
     ordered = sorted(values)

@@ -35,7 +35,8 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile([float(v) for v in range(1, 20)], 0.95) == 19.0
     assert percentile([float(v) for v in range(1, 61)], 0.99) == 60.0
     assert percentile([float(v) for v in range(1, 10)], 0.9) == 9.0
-    assert percentile([float(v) for v in range(1, 21)], 0.95) == 19.0  # 0.95 * 20 = 19.000000000000004
+    assert percentile([float(v) for v in range(1, 21)], 0.95) == 19.0
+    assert percentile([float(v) for v in range(1, 101)], 0.07) == 7.0  # 0.07 * 100 = 7.000000000000001
     assert percentile([float(v) for v in range(1, 4)], 0.0) == 1.0
 
 
