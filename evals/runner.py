@@ -74,9 +74,17 @@ async def _generate(
     reply = await client.post(path, json=body)
     if reply.status_code != 200:
         raise EvalError(f"{model}: {path} answered {reply.status_code}: {reply.text[:300]}")
-    choice = reply.json()["choices"][0]
-    text = choice["message"]["content"] if run.chat else choice["text"]
+    try:
+        choice = reply.json()["choices"][0]
+        text = choice["message"]["content"] if run.chat else choice["text"]
+    except (ValueError, LookupError, TypeError) as exc:  # a 200 that is no OpenAI answer
+        why = f"{model}: {path} answered 200 without a completion ({_why(exc)})"
+        raise EvalError(f"{why}: {reply.text[:300]}") from None
     return str(text), reply.headers.get("x-turnout-variant", "?")
+
+
+def _why(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def _all(work: Iterable[Coroutine[Any, Any, Result]]) -> list[Result]:
@@ -120,14 +128,19 @@ async def _logprobs(
     reply = await client.post("/v1/completions", json=body)
     if reply.status_code != 200:
         raise EvalError(f"{model}: scoring answered {reply.status_code}: {reply.text[:300]}")
-    block = reply.json()["choices"][0]["logprobs"] or {}
-    lead = echoed_extras(block["tokens"], text)
-    shift = sum(len(token) for token in block["tokens"][:lead])
-    first = lead + 1  # the text's first token has no logprob of its own here
-    tops = block["top_logprobs"][first:] if top else []
-    best = [max(alternatives, key=alternatives.get) for alternatives in tops]
-    variant = reply.headers.get("x-turnout-variant", "?")
-    return block["token_logprobs"][first:], [at - shift for at in block["text_offset"][first:]], variant, best
+    try:
+        block = reply.json()["choices"][0]["logprobs"] or {}
+        lead = echoed_extras(block["tokens"], text)
+        shift = sum(len(token) for token in block["tokens"][:lead])
+        first = lead + 1  # the text's first token has no logprob of its own here
+        tops = block["top_logprobs"][first:] if top else []
+        best = [max(alternatives, key=alternatives.get) for alternatives in tops]
+        offsets = [at - shift for at in block["text_offset"][first:]]
+        logprobs = block["token_logprobs"][first:]
+    except (ValueError, LookupError, TypeError) as exc:  # a 200 that is no OpenAI answer with logprobs
+        why = f"{model}: scoring answered 200 without echoed logprobs ({_why(exc)})"
+        raise EvalError(f"{why}: {reply.text[:300]}") from None
+    return logprobs, offsets, reply.headers.get("x-turnout-variant", "?"), best
 
 
 def echoed_extras(tokens: list[str], text: str) -> int:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -67,3 +70,50 @@ def test_a_repeated_task_is_run_once() -> None:
 
     assert parse_tasks("addition,addition") == ("addition",)  # it was scored twice
     assert parse_tasks(" continuation, addition,continuation,") == ("continuation", "addition")
+
+
+class NotAnAnswer(BaseHTTPRequestHandler):
+    """A server that says 200 to every POST with a body that is no OpenAI answer."""
+
+    bodies: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = self.bodies[0] if self.bodies else b"not json at all"
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("body", "tasks", "message"),
+    [
+        (
+            b"not json at all",
+            "addition",
+            "completions answered 200 without a completion (JSONDecodeError",
+        ),
+        (b'{"choices": []}', "addition", "answered 200 without a completion (IndexError"),
+        (b'{"choices": [{"logprobs": null}]}', "text", "scoring answered 200 without echoed logprobs"),
+    ],
+)
+def test_a_200_that_is_no_answer_is_a_message_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes, tasks: str, message: str
+) -> None:
+    NotAnAnswer.bodies = [body]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotAnAnswer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = f"http://127.0.0.1:{server.server_address[1]}"
+        args = ["eval", "--target", target, "--model", "m", "--tasks", tasks, "--limit", "2",
+                "--out", str(tmp_path / "run")]  # fmt: skip
+        assert main(args) == 2  # it was a JSONDecodeError traceback, exit 1
+        assert message in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()
