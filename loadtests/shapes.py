@@ -52,16 +52,26 @@ def _bounds(text: str, what: str, least: int) -> tuple[int, int]:
 
 
 def load_trace(path: Path) -> tuple[tuple[int, int], ...]:
-    """JSONL lines ``{"prompt_tokens": int, "max_tokens": int}``; errors name the line."""
+    """JSONL lines ``{"prompt_tokens": int, "max_tokens": int}``, held to the flags' rules
+    (``prompt_tokens`` >= 0, ``max_tokens`` >= 1, whole numbers); errors name the line."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShapeError(f"--trace {path}: cannot read it ({exc})") from None
     pairs = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            pairs.append((int(row["prompt_tokens"]), int(row["max_tokens"])))
+            prompt, output = row["prompt_tokens"], row["max_tokens"]
         except (ValueError, KeyError, TypeError) as exc:
             raise ShapeError(f"{path}:{number}: expected prompt_tokens and max_tokens ({exc})") from None
+        for what, value, least in (("prompt_tokens", prompt, 0), ("max_tokens", output, 1)):
+            # max_tokens 0 was a 400 on every request of the run, as the flag refuses it up front
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ShapeError(f"{path}:{number}: {what} must be a whole number >= {least}, got {value!r}")
+        pairs.append((prompt, output))
     if not pairs:
         raise ShapeError(f"{path}: no request shapes")
     return tuple(pairs)

@@ -86,6 +86,29 @@ def test_shapes_fixed_uniform_and_trace(tmp_path: Path) -> None:
         parse_shape("1", "x")
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            '{"prompt_tokens": 4, "max_tokens": 0}',
+            "max_tokens must be a whole number >= 1, got 0",
+        ),  # every request a 400
+        ('{"prompt_tokens": -1, "max_tokens": 4}', "prompt_tokens must be a whole number >= 0, got -1"),
+        ('{"prompt_tokens": 4, "max_tokens": 2.5}', "max_tokens must be a whole number >= 1, got 2.5"),
+        ('{"prompt_tokens": true, "max_tokens": 4}', "prompt_tokens must be a whole number >= 0, got True"),
+        ('{"prompt_tokens": "4", "max_tokens": 4}', "prompt_tokens must be a whole number >= 0, got '4'"),
+    ],
+)
+def test_a_trace_is_held_to_the_flags_rules_line_by_line(tmp_path: Path, line: str, message: str) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt_tokens": 3, "max_tokens": 5}\n' + line + "\n")
+    with pytest.raises(ShapeError, match=r"trace\.jsonl:2: ") as refused:
+        parse_shape("1", "1", trace)
+    assert message in str(refused.value)
+    with pytest.raises(ShapeError, match="cannot read it"):
+        parse_shape("1", "1", tmp_path / "missing.jsonl")
+
+
 def test_reports_render_every_run_and_the_knee() -> None:
     rows = [record(t / 10) for t in range(10)]
     summary = {
