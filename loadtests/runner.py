@@ -151,6 +151,9 @@ def _progress(path: Path, offset: int, seen: list[Record], elapsed: float, total
 def run(test: LoadTest, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run the load test; returns the summary it wrote."""
     check_route(test.target, test.route, test.api_key, test.variant)
+    # What serves each variant, read before the run too: a gateway that died during it (what a
+    # run can be for) no longer answers after, and its runs lost their accelerator and cost.
+    facts_before = variant_facts(test.target)
     test.out.mkdir(parents=True, exist_ok=True)
     records_path, steps_path = test.out / "records.jsonl", test.out / "steps.json"
     records_path.unlink(missing_ok=True)
@@ -204,7 +207,7 @@ def run(test: LoadTest, out: TextIO = sys.stderr) -> dict[str, Any]:
         "duration_s": round(seconds, 3), "started_at": started_at, "request": request_facts(test),
         "overall": stats(records, seconds),
         "per_variant": per_variant(records, seconds),
-        "variants": variant_facts(test.target),
+        "variants": {**facts_before, **variant_facts(test.target)},
         "knee": knee(steps, test.slo) if scenario.name == "ramp" else None,
     }  # fmt: skip
     (test.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -239,6 +241,26 @@ def test_a_target_that_goes_down_mid_run_fails_it_and_its_users_back_off(tmp_pat
     assert run.returncode == 1 and "requests got no answer at all (connection refused or reset" in stderr
     assert 2 <= len(refused) <= 60, len(refused)  # ~2 s down, 2 users backing off 0.05 s .. 1 s
     assert len(rows) - len(refused) > 100  # it answered before it went
+
+
+def test_a_gateway_that_dies_mid_run_still_has_its_accelerator_in_the_summary(tmp_path: Path) -> None:
+    """The variants' facts (what cost per million tokens is computed from) were read from
+    /metrics only once the run had ended: a gateway that died during it left them unknown."""
+    with gateway_process() as gateway:
+        cmd = [sys.executable, "-m", "serving.cli", "loadtest", "--target", gateway.url, "--users", "2",
+               "--duration", "4s", "--route", "turnout-tiny", "--max-tokens", "4",
+               "--out", str(tmp_path)]  # fmt: skip
+        run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        records = tmp_path / "records.jsonl"
+        while not (records.exists() and records.stat().st_size > 2000):  # it is answering
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.2)
+        os.kill(gateway.pid, signal.SIGKILL)
+        _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 1, stderr[-2000:]  # requests with no answer fail the run
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["variants"]["turnout-tiny"]["accelerator"] == "cpu-x86", summary["variants"]
 
 
 CHUNK = b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n'
