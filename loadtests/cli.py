@@ -41,7 +41,9 @@ def register(commands: Any) -> None:
     run.add_argument("--route", required=True, help="the model name to request")
     run.add_argument("--scenario", choices=("steady", "ramp", "spike", "soak"), default="steady")
     run.add_argument("--users", type=int, default=16, help="simulated users (ramp: the most)")
-    run.add_argument("--duration", type=duration, default=60.0, help="bound of the run (default 60s)")
+    run.add_argument(
+        "--duration", type=duration, default=60.0, help="bound of the run, in whole seconds (default 60s)"
+    )
     run.add_argument("--out", type=Path, required=True, help="folder for the run's files")
     run.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
     run.add_argument("--no-stream", action="store_true", help="ask for whole answers (default: stream)")
