@@ -341,10 +341,12 @@ def html_page(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: S
 
 
 def _label(axis: Any, text: str, at: tuple[float, float], index: int) -> None:
-    """Name a point; labels step up by index so variants at nearly the same point stay readable."""
+    """Name a point; labels alternate above-right and below-left, stepping out every other
+    index, so variants at nearly the same point stay readable and none climbs into the title."""
     line = {"arrowstyle": "-", "lw": 0.5, "color": "grey"}
-    offset = (8, 6 + 11 * index)
-    axis.annotate(text, at, xytext=offset, textcoords="offset points", fontsize=8, arrowprops=line)
+    step = 6 + 11 * (index // 2)
+    offset, align = ((8, step), "left") if index % 2 == 0 else ((-8, -step - 8), "right")
+    axis.annotate(text, at, xytext=offset, textcoords="offset points", fontsize=8, ha=align, arrowprops=line)
 
 
 def _spread_axis(axis: Any, values: Sequence[float]) -> None:
@@ -377,6 +379,13 @@ def plots(rows: Sequence[Row], out: Path) -> list[str]:
     perplexity = any(r.lower_is_better for r in priced)
     axis.set_ylabel("perplexity (lower is better)" if perplexity else "accuracy (%)")
     axis.set_title("Perplexity vs cost" if perplexity else "Accuracy vs cost")
+    axis.margins(0.2)  # room for the labels inside the axes
+    if not perplexity:  # the margin's headroom above 100% gets no tick label: no accuracy is past it
+        from matplotlib import ticker
+
+        axis.yaxis.set_major_formatter(
+            ticker.FuncFormatter(lambda value, _: "" if value > 100.0001 else f"{value:g}")
+        )
     figure.tight_layout()
     figure.savefig(out / "accuracy_vs_cost.png", dpi=110)
     plt.close(figure)
@@ -390,6 +399,7 @@ def plots(rows: Sequence[Row], out: Path) -> list[str]:
     axis.set_xlabel("output tokens/s")
     axis.set_ylabel("TTFT p50 (ms)")
     axis.set_title("Latency vs throughput")
+    axis.margins(0.2)
     figure.tight_layout()
     figure.savefig(out / "latency_vs_throughput.png", dpi=110)
     plt.close(figure)

@@ -273,3 +273,23 @@ def test_every_reference_answer_fits_its_tasks_max_tokens() -> None:
             assert tokens + margin <= max_tokens, (
                 f"{task} {row['id']}: {tokens} tokens, max_tokens {max_tokens}"
             )
+
+
+def test_plot_labels_alternate_sides_so_none_climbs_into_the_title() -> None:
+    """Labels stepped up by index, every one higher: with a few variants they reached the title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from evals.report import _label
+
+    figure, axis = plt.subplots()
+    try:
+        for index in range(3):
+            _label(axis, f"v{index}", (1.0, 100.0), index)
+        offsets = [text.xyann for text in axis.texts]
+        assert offsets[0][1] > 0 > offsets[1][1] and offsets[2][1] > 0  # above, below, above
+        assert offsets[2][1] - offsets[0][1] == 11  # a step out only every other label
+    finally:
+        plt.close(figure)
