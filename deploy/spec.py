@@ -11,11 +11,9 @@ are tuples in Python; every integer is at most 2**31 - 1, the engines' and Kuber
 numbers and booleans are strict: ``true`` is not 1, ``"3"`` is not 3, ``"on"`` is not true, but
 an integer is a float; no ``.inf`` / ``.nan``):
 
-``name`` (str, required): lowercase DNS label (``[a-z]([-a-z0-9]*[a-z0-9])?``, ≤ 43 chars), so
-    it can name Kubernetes objects: the k8s render names the Deployment, Service, ScaledObject and
-    PodMonitor ``<name>`` and the KubeRay RayService ``<name>-ray``, which KubeRay refuses over 47
-    characters (it appends 6 to name the RayCluster, whose Services must stay DNS labels); also
-    the served model name unless ``model.served_name``.
+``name`` (str, required): lowercase DNS label (``[a-z]([-a-z0-9]*[a-z0-9])?``, ≤ 63 chars), so
+    it can name Kubernetes objects (the ``k8s`` target takes at most 43: see
+    ``deploy.render.k8s.K8S_NAME_MAX``); also the served model name unless ``model.served_name``.
 ``model`` (ModelRef, required): exactly one of
     ``path`` (str): a local Hugging Face folder; relative paths are relative to the spec file;
     ``architecture`` (str): a named architecture from ``deploy.model_facts`` (e.g. ``llama-3-8b``),
@@ -100,8 +98,6 @@ _Count = Annotated[int, Strict(), Field(ge=1, le=INT32_MAX)]
 _Natural = Annotated[int, Strict(), Field(ge=0, le=INT32_MAX)]
 _Fraction = Annotated[float, Strict(), Field(gt=0, le=1)]
 _Positive = Annotated[float, Strict(), Field(gt=0)]
-# KubeRay's MaxRayServiceNameLength (53 - 6) less the k8s render's "-ray" suffix.
-MAX_NAME_LENGTH = 47 - len("-ray")
 # allow_inf_nan=False: YAML's .inf / .nan are floats, and no spec number means anything infinite
 _STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -242,16 +238,6 @@ class VariantSpec(BaseModel):
     cuda_graphs: CudaGraphsSpec = CudaGraphsSpec()
     replicas: _Count = 1
     autoscaling: AutoscalingSpec | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _short_enough_for_kubernetes(cls, value: str) -> str:
-        if len(value) > MAX_NAME_LENGTH:
-            raise ValueError(
-                f"{len(value)} characters, at most {MAX_NAME_LENGTH}: Kubernetes objects are named after it "
-                f"and KubeRay refuses the RayService {value}-ray (over 47 characters)"
-            )
-        return value
 
     @field_validator("accelerator")
     @classmethod

@@ -254,8 +254,21 @@ def ray_service(spec: VariantSpec) -> dict[str, Any]:
     }
 
 
+# KubeRay's MaxRayServiceNameLength (53 - 6: it appends 6 to name the RayCluster, whose Services
+# must stay DNS labels) less this render's "-ray" suffix on the RayService.
+K8S_NAME_MAX = 47 - len("-ray")
+
+
 def render_k8s(spec: VariantSpec) -> dict[str, str | bytes]:
-    """``k8s/*.yaml`` for ``spec`` (any engine)."""
+    """``k8s/*.yaml`` for ``spec`` (any engine); a name KubeRay would refuse is a ``RenderError``
+    (only here: the other targets, and a gateway's ``specs:``, take any 63-character DNS label)."""
+    if len(spec.name) > K8S_NAME_MAX:
+        from deploy.render import RenderError
+
+        raise RenderError(
+            f"name: {len(spec.name)} characters, at most {K8S_NAME_MAX} for the k8s target: its objects "
+            f"are named after it and KubeRay refuses the RayService {spec.name}-ray (over 47 characters)"
+        )
     files: dict[str, str | bytes] = {
         "k8s/deployment.yaml": header(spec) + yaml_documents([deployment(spec)]),
         "k8s/service.yaml": header(spec) + yaml_documents([service(spec)]),
