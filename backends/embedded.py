@@ -33,7 +33,7 @@ from backends.logprobs import (
     without_leading,
 )
 from backends.openai_fields import LogprobOptions, check_extra, logprob_options
-from backends.ortgenai_runner import Event, GenAIModel, ScoredSequence, Sequence
+from backends.ortgenai_runner import Event, GenAIModel, PromptTooLong, ScoredSequence, Sequence
 from backends.settings import EmbeddedSettings
 from serving.errors import BackendError, ClientError
 
@@ -112,8 +112,10 @@ class EmbeddedBackend:
         model = self._loaded()
         try:
             return self._encode(model, request)
-        except ValueError as exc:  # text the tokenizer cannot read
-            raise ClientError(str(exc), param="messages" if request.kind == "chat" else "prompt") from exc
+        except ValueError as exc:  # text the tokenizer cannot read, or cannot fit
+            code = "context_length_exceeded" if isinstance(exc, PromptTooLong) else "invalid_value"
+            where = "messages" if request.kind == "chat" else "prompt"
+            raise ClientError(str(exc), param=where, code=code) from exc
 
     def _encode(self, model: GenAIModel, request: GenerateRequest) -> np.ndarray:
         if request.kind == "chat":

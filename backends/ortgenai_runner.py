@@ -46,6 +46,10 @@ _NAP_S = 50e-6
 log = logging.getLogger("turnout.embedded")
 
 
+class PromptTooLong(ValueError):
+    """Text that cannot fit the context, known before it is all encoded."""
+
+
 @dataclass(slots=True)
 class Sequence:
     """One request's decode state inside a batch.
@@ -220,6 +224,12 @@ class GenAIModel:
         if self._nul_id is None:
             raise ValueError(
                 "the text holds a NUL character (U+0000), which this model's tokenizer cannot read"
+            )
+        nuls = text.count("\x00")
+        if nuls >= self.context_length:  # one library call per part: a NUL-strewn megabyte took seconds
+            raise PromptTooLong(
+                f"This model's maximum context length is {self.context_length} tokens; the text holds "
+                f"{nuls} NUL characters, a token each, so it cannot fit."
             )
         nul = np.array([self._nul_id], dtype=np.int32)
         parts: list[np.ndarray] = []

@@ -161,6 +161,17 @@ def test_a_nul_character_does_not_cut_the_prompt_short(client: openai.OpenAI) ->
     assert prompt_tokens("\x00", "12+34=") == prompt_tokens("", "12+34=") + 1
 
 
+def test_a_prompt_with_more_nuls_than_the_context_is_refused_before_it_is_encoded(gateway_url: str) -> None:
+    """Each NUL-separated part is a library call: a megabyte of "a\\x00" kept the event loop (every
+    other request) for about a second before the context check refused it."""
+    body = {"model": "turnout-tiny", "prompt": "a\x00" * 145_000, "max_tokens": 1}
+    reply = httpx.post(f"{gateway_url}/v1/completions", json=body, timeout=30)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "prompt"
+    assert "holds 145000 NUL characters" in error["message"]
+
+
 def test_explicit_nulls_mean_the_defaults(gateway_url: str) -> None:
     """OpenAI's schema allows null for ``stream`` and ``include_usage``; some clients send it."""
     body = {"model": "turnout-tiny", "prompt": "12+34=", "max_tokens": 4, "stream": None}
