@@ -198,17 +198,23 @@ def error_response(message: str) -> Any:
 def sampling(
     request: Any, stop: tuple[str, ...] = (), top_p: str = "top_p", top_k: str = "top_k"
 ) -> SamplingParams:
-    """``temperature`` (0 or absent: greedy), ``top_p``/``top_k`` (≤ 0: unset), ``seed``, ``ignore_eos``."""
+    """``temperature`` (0: greedy; absent: greedy, except that a ``top_p`` or ``top_k`` asks to
+    sample, at temperature 1, as the embedded engine, OpenAI and vLLM read it), ``top_p``/``top_k``
+    (≤ 0: unset), ``seed``, ``ignore_eos``."""
     temperature = scalar(request, "temperature")
     p = scalar(request, top_p)
     k = scalar(request, top_k)
     seed = scalar(request, "seed")
     if temperature is not None and temperature < 0:
         raise BadRequest("temperature must be >= 0")
+    top_p_set = float(p) if p is not None and p > 0 else None
+    top_k_set = int(k) if k is not None and k > 0 else None
+    if temperature is None and (top_p_set is not None or top_k_set is not None):
+        temperature = 1.0
     return SamplingParams(
         temperature=None if temperature is None else float(temperature),
-        top_p=float(p) if p is not None and p > 0 else None,
-        top_k=int(k) if k is not None and k > 0 else None,
+        top_p=top_p_set,
+        top_k=top_k_set,
         seed=None if seed is None else int(seed),
         stop=stop,
         ignore_eos=bool(scalar(request, "ignore_eos", False)),

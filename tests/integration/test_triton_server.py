@@ -85,6 +85,21 @@ def test_generate_json_endpoint(triton: TritonServer) -> None:
     assert bad.status_code == 400 and "text_input" in bad.json()["error"]
 
 
+def test_top_p_or_top_k_without_a_temperature_samples_as_on_the_embedded_engine(triton: TritonServer) -> None:
+    """They were greedy here while the embedded engine sampled: an A/B of the same model across
+    the two differed for a request setting only top_p."""
+
+    def text(**sampling: object) -> str:
+        body = {"text_input": "", "max_tokens": 40, "seed": 5, **sampling}
+        reply = httpx.post(f"{triton.http_url}/v2/models/turnout_tiny/generate", json=body)
+        assert reply.status_code == 200, reply.text
+        return str(reply.json()["text_output"])
+
+    greedy = text()
+    assert text(top_p=0.9) == text(top_p=0.9, temperature=1.0) != greedy
+    assert text(top_k=100) == text(top_k=100, temperature=1.0) != greedy
+
+
 def test_generate_stream_sends_one_event_per_piece(triton: TritonServer) -> None:
     url = f"{triton.http_url}/v2/models/turnout_tiny_stream/generate_stream"
     events = sse_events(url, {"text_input": "03+45=", "max_tokens": 8, "stream": True})
