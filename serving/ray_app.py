@@ -179,12 +179,23 @@ class TurnoutGateway:
     async def _publish_pages(self) -> None:
         while True:
             await asyncio.sleep(PAGE_EVERY_S)
-            await self._exchange_pages(self._own_page())
+            try:
+                await asyncio.wait_for(
+                    self.counter.publish_page.remote(self.replica, self._own_page()), PAGE_TIMEOUT_S
+                )
+            except Exception as exc:  # the counter restarting: the next publish gets through
+                log.debug("gateway page not published: %s", exc)
 
     async def _merged_page(self, own: bytes) -> bytes:
-        """The answer to a scrape: every gateway replica's series (``serving.metrics_merge``)."""
+        """The answer to a scrape: every gateway replica's series (``serving.metrics_merge``);
+        this replica's own page if the others' cannot be merged."""
         text = own.decode()
-        return merge_pages(text, await self._exchange_pages(text))
+        pages = await self._exchange_pages(text)
+        try:
+            return merge_pages(text, pages)
+        except Exception:
+            log.exception("gateway replicas' /metrics pages not merged; answering with this replica's")
+            return own
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from serving.app import create_app

@@ -174,13 +174,18 @@ class TurnoutRateCounter:
         found = self._engines.items()
         return {variant: {r: f for r, (_, f) in replicas.items()} for variant, replicas in found}
 
-    async def metrics_pages(self, replica: str, page: str) -> dict[str, str]:
-        """A gateway replica's latest ``/metrics`` page in; every live replica's out (those that
-        published within ``PAGE_STALE_S``), for the merged page (``serving.metrics_merge``)."""
+    async def publish_page(self, replica: str, page: str) -> None:
+        """A gateway replica's latest ``/metrics`` page (its periodic publish: nothing comes back)."""
         now = self._clock()
         self._pages[replica] = (now, page)
         for gone in [r for r, (at, _) in self._pages.items() if now - at > PAGE_STALE_S]:
             del self._pages[gone]
+
+    async def metrics_pages(self, replica: str, page: str) -> dict[str, str]:
+        """A gateway replica's latest ``/metrics`` page in; every live replica's out (those that
+        published within ``PAGE_STALE_S``), for the merged page of a scrape
+        (``serving.metrics_merge``)."""
+        await self.publish_page(replica, page)
         return {r: text for r, (_, text) in self._pages.items()}
 
     async def observations(self, tagged: list[Tagged], judged: dict[Key, float]) -> dict[Key, WindowStats]:

@@ -52,6 +52,19 @@ def test_every_replicas_series_are_labelled_and_the_engines_shared_figures_appea
     assert samples(merged, "turnout_queue_depth") == [({"variant": "tiny"}, 1.0)]
     assert samples(merged, "turnout_batch_size_count") == [({"variant": "tiny"}, 1.0)]
     assert merge_pages(a, {"r-a": a}).decode().count("# TYPE turnout_requests_total counter") == 1
+    assert [labels for labels, _ in samples(merged, "turnout_batch_size_created")] == [{"variant": "tiny"}]
+
+
+def test_label_values_pass_through_untouched_and_odd_replica_ids_are_escaped() -> None:
+    metrics = GatewayMetrics()
+    odd_route = 'we"ird\\route/with spaces,} and {braces}\nnewline'
+    metrics.series(odd_route, "v", "chat").requests(200).inc(2)
+    metrics.rejected.labels("chat", "400").inc()  # a family whose samples have other labels
+    text = generate_latest(metrics.registry).decode()
+    merged = merge_pages(text, {'r"1\\': text, "r2": text}).decode()
+    requests = samples(merged, "turnout_requests_total")
+    assert {labels["route"] for labels, _ in requests} == {odd_route}
+    assert sorted(labels[REPLICA_LABEL] for labels, _ in requests) == ['r"1\\', "r2"]
 
 
 def test_the_counter_returns_every_live_replicas_page_and_forgets_gone_ones() -> None:
@@ -62,3 +75,5 @@ def test_the_counter_returns_every_live_replicas_page_and_forgets_gone_ones() ->
     assert asyncio.run(board.metrics_pages("r-b", "b1")) == {"r-a": "a1", "r-b": "b1"}
     now[0] += PAGE_STALE_S - 1  # r-a last published PAGE_STALE_S + 2 s ago: gone
     assert asyncio.run(board.metrics_pages("r-b", "b2")) == {"r-b": "b2"}
+    asyncio.run(board.publish_page("r-c", "c1"))  # a replica's periodic publish: nothing back
+    assert asyncio.run(board.metrics_pages("r-b", "b3")) == {"r-b": "b3", "r-c": "c1"}
