@@ -25,7 +25,7 @@ from serving.errors import ConfigError
 INSTALL_HINT = "pip install 'turnout[ray]'"
 SHUTDOWN_S = 20.0
 DRAIN_S = 10.0  # requests in flight at SIGTERM get this long to finish
-READY_WAIT_S = 60.0
+READY_WAIT_S = 150.0  # past a gateway replica's own wait for its engines (ray_app.WARM_TIMEOUT_S)
 
 
 def _wait_until_ready(host: str, port: int, stop: threading.Event) -> bool:
@@ -36,10 +36,10 @@ def _wait_until_ready(host: str, port: int, stop: threading.Event) -> bool:
     url = f"http://[{probe_host}]:{port}/ready" if ":" in probe_host else f"http://{probe_host}:{port}/ready"
     deadline = time.monotonic() + READY_WAIT_S
     while time.monotonic() < deadline and not stop.is_set():
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
+        try:  # trust_env=False: an HTTP(S)_PROXY set for the world must not carry a local probe
+            if httpx.get(url, timeout=2.0, trust_env=False).status_code == 200:
                 return True
-        except httpx.HTTPError:
+        except (httpx.HTTPError, httpx.InvalidURL):
             pass
         stop.wait(0.2)
     return stop.is_set()
@@ -117,7 +117,8 @@ def serve(args: argparse.Namespace) -> int:
         # answered every request with its own text/plain 404. Say it is up once it serves.
         if not _wait_until_ready(host, port, stop):
             print(f"turnout: /ready did not answer 200 within {READY_WAIT_S:g} s", file=sys.stderr)
-        print(f"turnout: Ray Serve gateway on http://{host}:{port} ({replicas} replica(s))", flush=True)
+        if not stop.is_set():  # not while it is shutting down
+            print(f"turnout: Ray Serve gateway on http://{host}:{port} ({replicas} replica(s))", flush=True)
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:

@@ -46,6 +46,15 @@ def test_waits_through_the_proxys_404s_until_ready_answers(proxy: ThreadingHTTPS
     assert LateProxy.answers == []  # every early answer was waited through
 
 
+def test_a_proxy_set_in_the_environment_does_not_carry_the_local_probe(
+    proxy: ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    LateProxy.answers = []
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("NO_PROXY", "")
+    assert _wait_until_ready("127.0.0.1", proxy.server_address[1], threading.Event())
+
+
 def test_a_stop_ends_the_wait(proxy: ThreadingHTTPServer) -> None:
     LateProxy.answers = [404] * 1000
     stop = threading.Event()
