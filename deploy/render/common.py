@@ -31,6 +31,7 @@ MODELS_VOLUME_CLAIM = "turnout-models"
 HTTP_PORT = 8000
 CPU_ENGINE_CPUS = 4  # cores a CPU engine replica asks for (its ONNX Runtime / vLLM threads)
 VARIANT_LABEL = "turnout.dev/variant-id"
+NAME_LABEL = "app.kubernetes.io/name"
 VLLM_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # Container images: defaults for the manifests (override them with kustomize or by editing the
 # render). Engine images are the projects' published ones; Turnout ships no image, so the
@@ -92,7 +93,7 @@ def full_batch_kv_bytes(spec: VariantSpec) -> int:
 
 def labels(spec: VariantSpec, component: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": spec.name,
+        NAME_LABEL: spec.name,
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/managed-by": "turnout",
         VARIANT_LABEL: spec.id,
@@ -108,7 +109,7 @@ def selector_labels(spec: VariantSpec, component: str) -> dict[str, str]:
     the pods, and during the rollout old and new pods both match (the Service serves both).
     ``component`` keeps the engine's selectors off the same variant's Ray pods.
     """
-    return {"app.kubernetes.io/name": spec.name, "app.kubernetes.io/component": component}
+    return {NAME_LABEL: spec.name, "app.kubernetes.io/component": component}
 
 
 def variant_annotations(spec: VariantSpec) -> dict[str, str]:

@@ -17,9 +17,11 @@ KEDA asks (edit it for your cluster).
 The model name alone does not say whose load it is: two variants of one model (an A/B of the
 same weights on two accelerators, a canary) serve the same name, and each would scale on the
 sum of both. So the PodMonitor (selecting the Deployment's pods by their stable name and
-component labels) copies the pods' variant-id label onto every series it scrapes
-(``podTargetLabels``), and the query keeps this variant's. While an edited spec rolls out, the
-old pods' series carry the old id: the query counts the pods of the spec as applied. The
+component labels) copies the pods' name label (and their variant id, for dashboards) onto every
+series it scrapes (``podTargetLabels``), and the query keeps this Deployment's: by name, not by
+variant id, so while an edited spec rolls out the old pods, still serving, are counted too (by
+id, the query saw only the new pods, ~0 until ready, and could scale the Deployment down in the
+middle of a rollout). The
 Prometheus must select the PodMonitor (kube-prometheus-stack's default ``podMonitorSelector``
 wants its ``release`` label: add it); with ``min_replicas`` of 1 or more, the trigger refuses empty results
 (``ignoreNullValues: false``), so a PodMonitor nobody scrapes shows as a KEDA error, not as a
@@ -34,7 +36,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deploy.render.common import VARIANT_LABEL, object_metadata, selector_labels
+from deploy.render.common import NAME_LABEL, VARIANT_LABEL, object_metadata, selector_labels
 from deploy.spec import VariantSpec
 
 PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
@@ -43,9 +45,16 @@ COOLDOWN_S = 300  # before scaling to zero: a model load takes minutes
 # Activation only: a threshold no request rate reaches, so this trigger asks for one replica
 # whenever requests arrive and never for more (the ongoing-requests trigger sizes the rest).
 _WAKE_THRESHOLD = "1000000"
+
+
 # The label the Prometheus Operator gives a pod label it copies onto scraped series: characters
 # a label name cannot hold become "_".
-SCRAPED_VARIANT_LABEL = "".join(c if c.isalnum() else "_" for c in VARIANT_LABEL)
+def _scraped(label: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in label)
+
+
+SCRAPED_NAME_LABEL = _scraped(NAME_LABEL)
+SCRAPED_VARIANT_LABEL = _scraped(VARIANT_LABEL)
 
 
 def _prometheus(query: str, threshold: str, activation: str | None = None) -> dict[str, Any]:
@@ -61,7 +70,7 @@ def scaled_object(spec: VariantSpec) -> dict[str, Any] | None:
     if scaling is None or spec.engine != "vllm":
         return None
     # json.dumps: PromQL string literals
-    served = f"{{model_name={json.dumps(spec.served_name)},{SCRAPED_VARIANT_LABEL}={json.dumps(spec.id)}}}"
+    served = f"{{model_name={json.dumps(spec.served_name)},{SCRAPED_NAME_LABEL}={json.dumps(spec.name)}}}"
     ongoing = f"sum(vllm:num_requests_running{served}) + sum(vllm:num_requests_waiting{served})"
     triggers = [_prometheus(ongoing, f"{scaling.target_ongoing_requests:g}")]
     if scaling.min_replicas >= 1:
@@ -98,6 +107,6 @@ def pod_monitor(spec: VariantSpec) -> dict[str, Any] | None:
         "spec": {
             "selector": {"matchLabels": selector_labels(spec, "engine")},
             "podMetricsEndpoints": [scrape],
-            "podTargetLabels": [VARIANT_LABEL],
+            "podTargetLabels": [NAME_LABEL, VARIANT_LABEL],
         },
     }

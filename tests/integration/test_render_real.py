@@ -318,8 +318,8 @@ def _check_scaled_object(obj: dict[str, Any], spec: VariantSpec, objects: list[d
     assert float(triggers[0]["metadata"]["threshold"]) == spec.autoscaling.target_ongoing_requests
     assert f'model_name="{spec.served_name}"' in triggers[0]["metadata"]["query"]
     assert len(triggers) == (2 if spec.autoscaling.min_replicas == 0 else 1)  # a wake-up from zero
-    # The load is this variant's alone: the PodMonitor copies the pods' variant label on.
-    assert f'turnout_dev_variant_id="{spec.id}"' in triggers[0]["metadata"]["query"]
+    # The load is this Deployment's alone: the PodMonitor copies the pods' name label on.
+    assert f'app_kubernetes_io_name="{spec.name}"' in triggers[0]["metadata"]["query"]
     assert any(o["kind"] == "PodMonitor" for o in objects)
 
 

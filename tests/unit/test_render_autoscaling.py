@@ -31,9 +31,12 @@ def test_two_variants_of_one_model_scale_on_their_own_pods_alone() -> None:
         scaling, monitor = scaled_object(spec), pod_monitor(spec)
         assert scaling is not None and monitor is not None
         query = scaling["spec"]["triggers"][0]["metadata"]["query"]
-        assert query.count(f'turnout_dev_variant_id="{spec.id}"') == 2  # running and waiting
+        # By the Deployment's stable name, not the variant id: during a rollout of an edited
+        # spec the old pods (old id) still serve, and their load counts.
+        assert query.count(f'app_kubernetes_io_name="{spec.name}"') == 2  # running and waiting
+        assert "variant_id" not in query
         assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == spec.name
-        assert monitor["spec"]["podTargetLabels"] == ["turnout.dev/variant-id"]
+        assert monitor["spec"]["podTargetLabels"] == ["app.kubernetes.io/name", "turnout.dev/variant-id"]
 
 
 def test_scaling_to_zero_wakes_on_requests_for_the_variant() -> None:

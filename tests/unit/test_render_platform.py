@@ -167,7 +167,13 @@ def test_selectors_survive_a_spec_edit_and_select_only_engine_pods() -> None:
     assert new["deployment"]["spec"]["selector"]["matchLabels"].items() <= pod_labels
     assert new["service"]["spec"]["selector"].items() <= pod_labels
     assert new["podmonitor"]["spec"]["selector"]["matchLabels"].items() <= pod_labels
-    assert new["podmonitor"]["spec"]["podTargetLabels"] == ["turnout.dev/variant-id"]
+    assert new["podmonitor"]["spec"]["podTargetLabels"] == [
+        "app.kubernetes.io/name",
+        "turnout.dev/variant-id",
+    ]
+    # The ScaledObject reads the Deployment's load by its stable name: the same query before and
+    # after the edit, so the old pods, still serving during the rollout, count.
+    assert old["scaledobject"]["spec"]["triggers"][0] == new["scaledobject"]["spec"]["triggers"][0]
     ray = new["rayservice"]["spec"]["rayClusterConfig"]
     for ray_pod in [ray["headGroupSpec"]["template"], *(g["template"] for g in ray["workerGroupSpecs"])]:
         assert not new["service"]["spec"]["selector"].items() <= ray_pod["metadata"]["labels"].items()
