@@ -67,11 +67,16 @@ def load_trace(path: Path) -> tuple[tuple[int, int], ...]:
             prompt, output = row["prompt_tokens"], row["max_tokens"]
         except (ValueError, KeyError, TypeError) as exc:
             raise ShapeError(f"{path}:{number}: expected prompt_tokens and max_tokens ({exc})") from None
+        whole = []
         for what, value, least in (("prompt_tokens", prompt, 0), ("max_tokens", output, 1)):
-            # max_tokens 0 was a 400 on every request of the run, as the flag refuses it up front
+            # max_tokens 0 was a 400 on every request of the run, as the flag refuses it up front;
+            # 128.0 is whole (pandas writes a column with a gap in it so), 2.5 and true are not
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ShapeError(f"{path}:{number}: {what} must be a whole number >= {least}, got {value!r}")
-        pairs.append((prompt, output))
+            whole.append(value)
+        pairs.append((whole[0], whole[1]))
     if not pairs:
         raise ShapeError(f"{path}: no request shapes")
     return tuple(pairs)

@@ -77,8 +77,8 @@ def test_shapes_fixed_uniform_and_trace(tmp_path: Path) -> None:
     uniform = parse_shape("4-8", "16")
     assert uniform.kind == "uniform" and all(4 <= uniform.draw(rng)[0] <= 8 for _ in range(50))
     trace = tmp_path / "trace.jsonl"
-    trace.write_text('{"prompt_tokens": 3, "max_tokens": 5}\n\n{"prompt_tokens": 9, "max_tokens": 1}\n')
-    assert {parse_shape("1", "1", trace).draw(rng) for _ in range(50)} == {(3, 5), (9, 1)}
+    trace.write_text('{"prompt_tokens": 3, "max_tokens": 5}\n\n{"prompt_tokens": 9.0, "max_tokens": 1}\n')
+    assert {parse_shape("1", "1", trace).draw(rng) for _ in range(50)} == {(3, 5), (9, 1)}  # 9.0 is whole
     trace.write_text('{"prompt_tokens": 3}\n')
     with pytest.raises(ShapeError, match=r"trace\.jsonl:1"):
         parse_shape("1", "1", trace)
