@@ -139,7 +139,7 @@ def _eval_of(variant: str, run: Mapping[str, Any]) -> tuple[Mapping[str, Any] | 
     the records ``variant`` itself served (``per_variant``) are its own; an older run without
     them gives it none.
     """
-    served = set(run.get("variants") or {})
+    served = set(run.get("variants") or {}) - {"?"}  # "?": records with no x-turnout-variant
     if served == {variant} or (run["model"] == variant and not served - {variant}):
         return run, False
     if variant in served:
@@ -426,6 +426,20 @@ def compare(
         name for run in eval_runs for name in (run["model"], *run.get("variants", {}))
     }
     missing = [v for v in variants if v not in measured_variants]
+    split = {
+        run["model"]: sorted(set(run.get("variants") or {}) - {"?"})
+        for run in eval_runs
+        if len(set(run.get("variants") or {}) - {"?"}) > 1
+    }
+    for name in variants:  # a split route's figures are no variant's: its variants have theirs
+        only_split = all(run["model"] != name or name in split for run in eval_runs) and not any(
+            name in run["per_variant"] for run in loads
+        )
+        if name in split and only_split:
+            raise ValueError(
+                f"--variants: {name} is a route split between {', '.join(split[name])}; "
+                "name its variants, each scored on the prompts it served"
+            )
     if missing:
         raise ValueError(
             f"--variants: no run measured {', '.join(missing)}; the runs measured "

@@ -207,6 +207,25 @@ def test_an_eval_of_a_split_route_is_no_variants_own_and_its_own_eval_wins() -> 
     for evals in ([own, mixed], [mixed, own]):
         row = join("int4", [], evals, "continuation")
         assert row.accuracy == 0.9 and not row.split_eval
+    # An eval straight against an engine (no x-turnout-variant on its answers) is its model's own.
+    direct = {"model": "int4", "variants": {"?": {}}, "tasks": _continuation(0.7), "agreement": None}
+    assert join("int4", [], [direct], "continuation").accuracy == 0.7
+
+
+def test_naming_a_split_route_as_a_variant_says_to_name_its_variants(tmp_path: Path) -> None:
+    import json
+
+    from evals.report import compare
+    from evals.runner import EvalRun, summarize
+
+    run = EvalRun("http://x", "mix", ("continuation",), Path("out"))
+    records = [{"task": "continuation", "dataset": "continuation@1", "variant": variant, "correct": True}
+               for variant in ("fp32", "int4") * 5]  # fmt: skip
+    folder = tmp_path / "ev_mix"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps(summarize(run, records, {}, "now")))
+    with pytest.raises(ValueError, match="mix is a route split between fp32, int4; name its variants"):
+        compare(["mix"], [], [folder], tmp_path / "report", task="continuation")  # it was a row of "-"
 
 
 def test_load_runs_asking_differently_shaped_requests_draw_no_ratio() -> None:
