@@ -88,7 +88,8 @@ class EvalGate(BaseModel):
     examples: Annotated[int, Field(ge=1, le=2000)] = 50
     scoring: Literal["exact", "normalized"] = "exact"
     endpoint: Literal["completion", "chat"] = "completion"
-    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
+    # 32: the longest shipped reference (continuation cont-0048) is 19 tokens; 16 cut it short
+    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 32
     min_accuracy: Annotated[float, Field(ge=0, le=1)] | None = None
     max_drop_pt: Annotated[float, Field(ge=0, le=100)] | None = None
 

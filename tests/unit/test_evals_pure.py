@@ -292,6 +292,17 @@ def test_every_reference_answer_fits_its_tasks_max_tokens() -> None:
             assert tokens + margin <= max_tokens, (
                 f"{task} {row['id']}: {tokens} tokens, max_tokens {max_tokens}"
             )
+    # The canary's eval gate reads the same datasets: its default must fit them too (it was 16,
+    # so a gate on continuation with min_accuracy 1.0 rolled a perfect canary back).
+    from serving.routing.spec import EvalGate
+
+    gate_tokens = EvalGate(min_accuracy=0.5).max_tokens
+    longest = max(
+        len(tokenizer.encode(row["answer"], add_special_tokens=False).ids)
+        for name in ("addition", "continuation")
+        for row in shipped()[name].rows
+    )
+    assert longest + 4 <= gate_tokens, (longest, gate_tokens)
 
 
 def test_plot_labels_alternate_sides_so_none_climbs_into_the_title() -> None:
