@@ -76,7 +76,7 @@ async def _generate(
         raise EvalError(f"{model}: {path} answered {reply.status_code}: {reply.text[:300]}")
     try:
         choice = reply.json()["choices"][0]
-        text = choice["message"]["content"] if run.chat else choice["text"]
+        text = (choice["message"]["content"] if run.chat else choice["text"]) or ""  # null: no text
     except (ValueError, LookupError, TypeError) as exc:  # a 200 that is no OpenAI answer
         why = f"{model}: {path} answered 200 without a completion ({_why(exc)})"
         raise EvalError(f"{why}: {reply.text[:300]}") from None
@@ -206,8 +206,8 @@ def _pooled(records: list[dict[str, Any]], seed: int, value: Any, resamples: int
     import random
 
     n = len(records)
-    if not n:
-        return {"value": 0.0, "ci95": [0.0, 0.0], "n": 0}
+    if not n:  # nothing measured: no figure (a 0.0 read as "no agreement at all")
+        return {"value": None, "ci95": None, "n": 0}
     rng = random.Random(seed)
     draws = sorted(value([records[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
     low, high = draws[int(0.025 * resamples)], draws[min(resamples - 1, int(0.975 * resamples))]

@@ -91,9 +91,11 @@ def run_labels(runs: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     would read the same (``a/fp32``, ``b/fp32``), and a number where that is not enough either
     (the chart drew runs of one label as one bar)."""
     labels = [run_label(summary, folder) for folder, summary in runs]
-    if len(set(labels)) < len(labels):
+    if len(set(labels)) < len(labels):  # resolved: "fp32" given from inside its parent has one too
         labels = [
-            f"{summary['route']} ({folder.parent.name}/{folder.name})" if labels.count(label) > 1 else label
+            f"{summary['route']} ({folder.resolve().parent.name}/{folder.name})"
+            if labels.count(label) > 1
+            else label
             for (folder, summary), label in zip(runs, labels, strict=True)
         ]
     return [

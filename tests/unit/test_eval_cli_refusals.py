@@ -117,3 +117,28 @@ def test_a_200_that_is_no_answer_is_a_message_not_a_traceback(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_null_chat_content_is_no_text_not_the_word_none(tmp_path: Path) -> None:
+    """A reasoning model that spent max_tokens reasoning answers content null: it was scored as
+    the text "None"."""
+    NotAnAnswer.bodies = [b'{"choices": [{"message": {"role": "assistant", "content": null}}]}']
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotAnAnswer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = f"http://127.0.0.1:{server.server_address[1]}"
+        out = tmp_path / "run"
+        args = ["eval", "--target", target, "--model", "m", "--tasks", "addition", "--limit", "2", "--chat",
+                "--out", str(out)]  # fmt: skip
+        assert main(args) == 0
+        records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+        assert [r["output"] for r in records] == ["", ""] and not any(r["correct"] for r in records)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_top1_agreement_nothing_measured_is_not_zero() -> None:
+    from evals.runner import _top1
+
+    assert _top1([], 0) == {"value": None, "ci95": None, "n": 0}  # it was 0.0: "no agreement at all"

@@ -194,7 +194,9 @@ def test_a_ramp_step_longer_than_the_run_is_refused(
     assert "cannot reach http://127.0.0.1:9" in capsys.readouterr().err
 
 
-def test_runs_of_one_route_in_like_named_folders_get_labels_of_their_own(tmp_path: Path) -> None:
+def test_runs_of_one_route_in_like_named_folders_get_labels_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Both used to be "ab (fp32)", drawn as one bar."""
     from loadtests.report import chart, compare_chart, run_labels
 
@@ -202,6 +204,10 @@ def test_runs_of_one_route_in_like_named_folders_get_labels_of_their_own(tmp_pat
     summary = {"route": "ab", "overall": stats(rows, 1.0)}
     runs = [(Path("monday/fp32"), summary), (Path("tuesday/fp32"), summary), (Path("x/int8"), summary)]
     assert run_labels(runs) == ["ab (monday/fp32)", "ab (tuesday/fp32)", "ab (int8)"]
+    (tmp_path / "monday").mkdir()
+    monkeypatch.chdir(tmp_path / "monday")  # given from inside its parent: it was "(/fp32)"
+    relative = [(Path("fp32"), summary), (Path("../tuesday/fp32"), summary)]
+    assert run_labels(relative) == ["ab (monday/fp32)", "ab (tuesday/fp32)"]
     assert run_labels([(Path("a/fp32"), summary)] * 2) == ["ab (a/fp32) #1", "ab (a/fp32) #2"]
     pytest.importorskip("matplotlib")
     figure = chart(list(zip(run_labels(runs), [summary] * 3, strict=True)))
