@@ -3,13 +3,11 @@
 PyYAML's ``safe_load`` keeps the last of two equal keys in one mapping, so a variant or a
 route written twice in ``gateway.yaml`` silently loses its first definition. Here that is an
 error naming both places, as kubectl's strict decoding says "mapping key already defined".
-Merge keys (``<<: *anchor``) may still be overridden by the mapping's own keys. Numbers in
-exponent form (``1e2``, ``1.5e3``) are floats, as YAML 1.2 reads them.
+Merge keys (``<<: *anchor``) may still be overridden by the mapping's own keys.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import yaml
@@ -45,11 +43,6 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: MappingNode) -> dict[Any, An
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
-# PyYAML follows YAML 1.1, where an exponent needs a dot and a sign: an unquoted 1e2 or 1.5e3 was
-# a string, which strict number fields refuse. YAML 1.2 (kubectl, Go, most other tools) reads them
-# as floats (100.0, 1500.0); so here.
-_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
-_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
 
 
 def load(text: str, source: str | None = None) -> Any:
