@@ -426,16 +426,16 @@ def compare(
         name for run in eval_runs for name in (run["model"], *run.get("variants", {}))
     }
     missing = [v for v in variants if v not in measured_variants]
-    split = {
-        run["model"]: sorted(set(run.get("variants") or {}) - {"?"})
-        for run in eval_runs
-        if len(set(run.get("variants") or {}) - {"?"}) > 1
-    }
+
+    def served_by(run: Mapping[str, Any]) -> set[str]:
+        return set(run.get("variants") or {}) - {"?"}
+
+    split = {run["model"]: sorted(served_by(run)) for run in eval_runs if len(served_by(run)) > 1}
     for name in variants:  # a split route's figures are no variant's: its variants have theirs
-        only_split = all(run["model"] != name or name in split for run in eval_runs) and not any(
-            name in run["per_variant"] for run in loads
-        )
-        if name in split and only_split:
+        measured_as_variant = any(
+            name in served_by(run) or (run["model"] == name and len(served_by(run)) <= 1) for run in eval_runs
+        ) or any(name in run["per_variant"] for run in loads)
+        if name in split and not measured_as_variant:
             raise ValueError(
                 f"--variants: {name} is a route split between {', '.join(split[name])}; "
                 "name its variants, each scored on the prompts it served"

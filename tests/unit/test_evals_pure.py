@@ -226,6 +226,22 @@ def test_naming_a_split_route_as_a_variant_says_to_name_its_variants(tmp_path: P
     (folder / "summary.json").write_text(json.dumps(summarize(run, records, {}, "now")))
     with pytest.raises(ValueError, match="mix is a route split between fp32, int4; name its variants"):
         compare(["mix"], [], [folder], tmp_path / "report", task="continuation")  # it was a row of "-"
+    # A route named after one of its variants (a canary on route int4: int4 and int4-new) is
+    # that variant too, scored on its own prompts; and a run of the name alone is its own.
+    canary = EvalRun("http://x", "int4", ("continuation",), Path("out"))
+    records = [{"task": "continuation", "dataset": "continuation@1", "variant": variant, "correct": True}
+               for variant in ("int4", "int4-new") * 5]  # fmt: skip
+    (tmp_path / "ev_canary").mkdir()
+    (tmp_path / "ev_canary" / "summary.json").write_text(json.dumps(summarize(canary, records, {}, "now")))
+    assert "int4 §" in compare(
+        ["int4", "int4-new"], [], [tmp_path / "ev_canary"], tmp_path / "r2", task="continuation"
+    )
+    alone = [{**record, "variant": "mix"} for record in records]
+    (tmp_path / "ev_alone").mkdir()
+    (tmp_path / "ev_alone" / "summary.json").write_text(json.dumps(summarize(run, alone, {}, "now")))
+    assert "| mix |" in compare(
+        ["mix"], [], [folder, tmp_path / "ev_alone"], tmp_path / "r3", task="continuation"
+    )
 
 
 def test_load_runs_asking_differently_shaped_requests_draw_no_ratio() -> None:
