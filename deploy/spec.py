@@ -223,7 +223,7 @@ class AutoscalingSpec(BaseModel):
 class VariantSpec(BaseModel):
     model_config = _STRICT
 
-    name: Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")]
+    name: Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=63)]  # a DNS label
     model: ModelRef
     engine: Engine
     vendor: Vendor

@@ -93,7 +93,7 @@ def run_labels(runs: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     labels = [run_label(summary, folder) for folder, summary in runs]
     if len(set(labels)) < len(labels):  # resolved: "fp32" given from inside its parent has one too
         labels = [
-            f"{summary['route']} ({folder.resolve().parent.name}/{folder.name})"
+            f"{summary['route']} ({folder.resolve().parent.name}/{folder.resolve().name})"
             if labels.count(label) > 1
             else label
             for (folder, summary), label in zip(runs, labels, strict=True)

@@ -37,7 +37,7 @@ def _families(page: str) -> dict[str, tuple[list[str], list[str]]]:
     """Family name (as its ``# HELP`` line says) → (its comment lines, its sample lines)."""
     found: dict[str, tuple[list[str], list[str]]] = {}
     current: tuple[list[str], list[str]] = ([], [])
-    for line in page.splitlines():
+    for line in page.split("\n"):  # not splitlines(): a label value may hold \u2028, \x85...
         if not line:
             continue
         if line.startswith("# HELP "):

@@ -14,8 +14,9 @@ straight from the engines, because a call through a deployment handle reaches on
 Serve's choosing (the least busy), so polling the engines would miss the busy ones.
 
 Gateway pages: every gateway replica publishes its own ``/metrics`` page here every
-``serving.ray_app.PAGE_EVERY_S`` and on each scrape it answers, and gets every live replica's
-back (:meth:`TurnoutRateCounter.metrics_pages`), so any replica can answer a scrape for all.
+``serving.ray_app.PAGE_EVERY_S`` (:meth:`TurnoutRateCounter.publish_page`), and on each scrape
+it answers publishes it again and gets every live replica's back
+(:meth:`TurnoutRateCounter.metrics_pages`), so any replica can answer a scrape for all.
 
 Plain classes: ``serving.ray_app`` turns them into deployments with ``serve.deployment``, so
 they stay typed and can be exercised without Ray.

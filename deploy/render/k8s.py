@@ -261,7 +261,8 @@ K8S_NAME_MAX = 47 - len("-ray")
 
 def render_k8s(spec: VariantSpec) -> dict[str, str | bytes]:
     """``k8s/*.yaml`` for ``spec`` (any engine); a name KubeRay would refuse is a ``RenderError``
-    (only here: the other targets, and a gateway's ``specs:``, take any 63-character DNS label)."""
+    (only here: the other targets, and a gateway's ``specs:``, take any spec name, a DNS label of
+    up to 63 characters)."""
     if len(spec.name) > K8S_NAME_MAX:
         from deploy.render import RenderError
 

@@ -5,7 +5,7 @@ Off the request path (``turnout deploy render --target k8s``). A spec's ``autosc
 (``min_replicas``, ``max_replicas``, ``target_ongoing_requests`` per replica, Ray Serve's terms)
 becomes, for a vLLM Deployment, KEDA's Prometheus scaler on the requests vLLM is running plus
 those waiting (``vllm:num_requests_running`` + ``vllm:num_requests_waiting`` of the served model
-name, from this variant's pods only), with ``target_ongoing_requests`` as the per-replica
+name, from this Deployment's pods only), with ``target_ongoing_requests`` as the per-replica
 threshold: KEDA's HPA keeps
 ceil(ongoing / target) replicas within the bounds. KEDA rather than a bare HPA because the
 query is in the object (no Prometheus adapter rules to keep in step) and it can scale to zero:
@@ -54,7 +54,6 @@ def _scraped(label: str) -> str:
 
 
 SCRAPED_NAME_LABEL = _scraped(NAME_LABEL)
-SCRAPED_VARIANT_LABEL = _scraped(VARIANT_LABEL)
 
 
 def _prometheus(query: str, threshold: str, activation: str | None = None) -> dict[str, Any]:

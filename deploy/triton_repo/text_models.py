@@ -174,6 +174,9 @@ class VllmShapedModel(TextModel):
             raise BadRequest(f"sampling_parameters: not supported here: {', '.join(unknown)}")
         stop = options.get("stop") or ()
         temperature, top_p, top_k = options.get("temperature"), options.get("top_p"), options.get("top_k")
+        sets_top = (top_p is not None and float(top_p) > 0) or (top_k is not None and int(top_k) > 0)
+        if temperature is None and sets_top:  # asks to sample, as pb_common.sampling reads it
+            temperature = 1.0
         params = SamplingParams(
             temperature=None if temperature is None else float(temperature),
             top_p=float(top_p) if top_p is not None and 0 < float(top_p) < 1 else None,

@@ -99,6 +99,14 @@ def test_top_p_or_top_k_without_a_temperature_samples_as_on_the_embedded_engine(
     assert text(top_p=0.9) == text(top_p=0.9, temperature=1.0) != greedy
     assert text(top_k=100) == text(top_k=100, temperature=1.0) != greedy
 
+    def vllm_shaped(**sampling: object) -> str:  # the tensors: vllm face reads the same rule
+        params = json.dumps({"max_tokens": 40, "seed": 5, **sampling})
+        url = f"{triton.http_url}/v2/models/turnout_tiny_vllm/generate_stream"
+        events = sse_events(url, {"text_input": "", "sampling_parameters": params, "stream": True})
+        return "".join(str(event["text_output"]) for event in events)
+
+    assert vllm_shaped(top_p=0.9) == vllm_shaped(top_p=0.9, temperature=1.0) != vllm_shaped()
+
 
 def test_generate_stream_sends_one_event_per_piece(triton: TritonServer) -> None:
     url = f"{triton.http_url}/v2/models/turnout_tiny_stream/generate_stream"

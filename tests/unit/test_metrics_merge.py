@@ -57,14 +57,19 @@ def test_every_replicas_series_are_labelled_and_the_engines_shared_figures_appea
 
 def test_label_values_pass_through_untouched_and_odd_replica_ids_are_escaped() -> None:
     metrics = GatewayMetrics()
+    metrics.series("r", "a\u2028b\x85c", "chat").requests(200).inc()  # line breaks to splitlines()
     odd_route = 'we"ird\\route/with spaces,} and {braces}\nnewline'
     metrics.series(odd_route, "v", "chat").requests(200).inc(2)
     metrics.rejected.labels("chat", "400").inc()  # a family whose samples have other labels
     text = generate_latest(metrics.registry).decode()
     merged = merge_pages(text, {'r"1\\': text, "r2": text}).decode()
     requests = samples(merged, "turnout_requests_total")
-    assert {labels["route"] for labels, _ in requests} == {odd_route}
-    assert sorted(labels[REPLICA_LABEL] for labels, _ in requests) == ['r"1\\', "r2"]
+    assert {labels["route"] for labels, _ in requests} == {odd_route, "r"}
+    assert sorted(labels[REPLICA_LABEL] for labels, _ in requests if labels["route"] == odd_route) == [
+        'r"1\\',
+        "r2",
+    ]
+    assert {labels["variant"] for labels, _ in requests if labels["route"] == "r"} == {"a\u2028b\x85c"}
 
 
 def test_the_counter_returns_every_live_replicas_page_and_forgets_gone_ones() -> None:

@@ -186,7 +186,7 @@ def _dns1035_label(name: str) -> bool:
 @pytest.mark.parametrize(
     "path", [EXAMPLES / "llama3-70b-h100-tp4.yaml", SPECS / "qwen-v6e-autoscale.yaml"], ids=lambda p: p.stem
 )
-def test_the_longest_name_a_spec_allows_makes_names_kubernetes_and_kuberay_accept(path: Path) -> None:
+def test_the_longest_name_the_k8s_render_takes_makes_names_kubernetes_and_kuberay_accept(path: Path) -> None:
     spec = load_spec(path).model_copy(update={"name": "n" * K8S_NAME_MAX})
     for text in render(spec, "k8s").values():
         obj = yaml.safe_load(text)

@@ -157,6 +157,7 @@ def test_missing_model_folder_names_the_field(tmp_path: Path) -> None:
             "ascending",
         ),
         ({"name": "Llama_3"}, "name", "pattern"),
+        ({"name": "n" * 64}, "name", "at most 63 characters"),  # a DNS label (no bound once 43 moved)
         # Strict types: lax pydantic read each of these as a number or bool without a word.
         ({"tensor_parallel": True}, "tensor_parallel", "Input should be a valid integer"),
         ({"replicas": "3"}, "replicas", "Input should be a valid integer"),
