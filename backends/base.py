@@ -122,6 +122,11 @@ class Completion:
     # reasoning_content…), passed on as it shaped them.
     message_extra: dict[str, Any] | None = None
     stop_reason: str | int | None = None  # as :attr:`Chunk.stop_reason`
+    # An OpenAI-compatible upstream's other fields, passed on as it set them: the choice's
+    # (vLLM's prompt_logprobs, token_ids, prompt_token_ids…) and the answer's (system_fingerprint,
+    # a chat's prompt_logprobs…). Dropping them answered 200 without what the client asked for.
+    choice_extra: dict[str, Any] | None = None
+    response_extra: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

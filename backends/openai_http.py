@@ -234,6 +234,15 @@ def message_extra(message: Any) -> dict[str, Any] | None:
 
 
 _COUNTS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+# What the gateway writes itself; anything else an upstream set is passed on (``_others``).
+_CHOICE_FIELDS = frozenset({"index", "text", "message", "logprobs", "finish_reason", "stop_reason"})
+_RESPONSE_FIELDS = frozenset({"id", "object", "created", "model", "choices", "usage"})
+
+
+def _others(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any] | None:
+    """``data``'s fields beyond ``known`` that carry something (vLLM sends unused ones as null)."""
+    found = {k: v for k, v in data.items() if k not in known and v is not None}
+    return found or None
 
 
 def _usage(data: Any) -> Usage | None:
@@ -353,7 +362,10 @@ class OpenAIHttpBackend:
             usage = _usage(data.get("usage")) or Usage()
             finish = choice.get("finish_reason") or "stop"
             extra = message_extra(choice["message"]) if chat else None
-            return Completion(text, finish, usage, choice.get("logprobs"), extra, _stop_reason(choice))
+            return Completion(
+                text, finish, usage, choice.get("logprobs"), extra, _stop_reason(choice),
+                choice_extra=_others(choice, _CHOICE_FIELDS), response_extra=_others(data, _RESPONSE_FIELDS),
+            )  # fmt: skip
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
 

@@ -160,17 +160,22 @@ def chat_body(
     logprobs: dict[str, Any] | None = None,
     message_extra: dict[str, Any] | None = None,
     stop_reason: str | int | None = None,
+    choice_extra: dict[str, Any] | None = None,
+    response_extra: dict[str, Any] | None = None,
 ) -> bytes:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
     if stop_reason is not None:  # vLLM's: the stop sequence or stop token that ended it
         choice["stop_reason"] = stop_reason
+    if choice_extra:  # an upstream's own (vLLM's token_ids…): what the gateway writes wins
+        choice = {**choice_extra, **choice}
     if message_extra:
         message.update(message_extra)
         if not text and "tool_calls" in message_extra:  # as OpenAI and vLLM send a bare tool call
             message["content"] = None
     return orjson.dumps(
         {
+            **(response_extra or {}),  # an upstream's own (system_fingerprint, prompt_logprobs…)
             "id": f"chatcmpl-{rid}",
             "object": "chat.completion",
             "created": created,
@@ -195,9 +200,12 @@ def completion_body(rid: str, model: str, created: int, results: list[Completion
         }
         if result.stop_reason is not None:
             choice["stop_reason"] = result.stop_reason
+        if result.choice_extra:  # an upstream's own (vLLM's prompt_logprobs, token_ids…)
+            choice = {**result.choice_extra, **choice}
         choices.append(choice)
     return orjson.dumps(
         {
+            **(results[0].response_extra or {} if results else {}),  # an upstream's own (system_fingerprint…)
             "id": f"cmpl-{rid}",
             "object": "text_completion",
             "created": created,
@@ -396,6 +404,8 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
                 result.logprobs,
                 result.message_extra,
                 result.stop_reason,
+                result.choice_extra,
+                result.response_extra,
             )
         else:
             content = completion_body(rid, route, created, results)

@@ -99,6 +99,31 @@ def test_token_id_batches_and_chat_logprobs_match_vllm(gateway: Launched, vllm: 
     assert same(ours, theirs), (ours, theirs)
 
 
+def test_vllms_prompt_logprobs_and_token_ids_come_through(gateway: Launched, vllm: VllmServer) -> None:
+    """vLLM answered them and Turnout dropped them: a 200 without what the client asked for."""
+    body = {
+        "prompt": "12+34=",
+        "max_tokens": 2,
+        "temperature": 0,
+        "prompt_logprobs": 1,
+        "return_token_ids": True,
+    }
+    through = httpx.post(f"{gateway.url}/v1/completions", json={"model": "tiny", **body}, timeout=60)
+    direct = httpx.post(f"{vllm.base_url}/completions", json={"model": VLLM_MODEL, **body}, timeout=60)
+    assert through.status_code == 200, through.text
+    ours, theirs = through.json()["choices"][0], direct.json()["choices"][0]
+    for field in ("prompt_logprobs", "token_ids", "prompt_token_ids"):
+        assert theirs.get(field) is not None, field  # vLLM 0.32 answers each
+        assert same(ours.get(field), theirs[field]), field
+    chat = {"messages": SUM, "max_tokens": 2, "temperature": 0, "prompt_logprobs": 1}
+    through = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "tiny", **chat}, timeout=60)
+    direct = httpx.post(f"{vllm.base_url}/chat/completions", json={"model": VLLM_MODEL, **chat}, timeout=60)
+    assert through.status_code == 200, through.text
+    assert direct.json().get("prompt_logprobs") is not None  # a chat's are at the top level
+    assert same(through.json().get("prompt_logprobs"), direct.json()["prompt_logprobs"])
+    assert through.json()["id"].startswith("chatcmpl-") and through.json()["model"] == "tiny"  # ours win
+
+
 def test_turnout_eval_scores_text_the_same_through_vllm_and_the_embedded_engine(
     gateway: Launched, gateway_url: str, tmp_path: Path
 ) -> None:
