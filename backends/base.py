@@ -9,7 +9,7 @@ request and hands it to one adapter (``backends/<kind>.py``) behind the small
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 RequestKind = Literal["chat", "completion"]
@@ -19,8 +19,7 @@ FinishReason = Literal["stop", "length", "cancelled", "error"]
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     """Decoding settings; ``temperature == 0`` means greedy. None is the backend's or model's
-    default (the embedded engine: the model's, greedy for the shipped one, except that a
-    request setting top_p or top_k samples at temperature 1, as OpenAI and vLLM would)."""
+    default (:meth:`with_default_temperature`, for the engines that run the model themselves)."""
 
     max_tokens: int | None = None
     temperature: float | None = None
@@ -34,6 +33,15 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature is None or self.temperature == 0.0
+
+    def with_default_temperature(self, default: float) -> SamplingParams:
+        """An unset temperature as ``default`` (the model's own), except that a request setting
+        top_p or top_k asks to sample: a greedy default becomes 1, as OpenAI and vLLM read it."""
+        if self.temperature is not None:
+            return self
+        if default == 0.0 and (self.top_p is not None or self.top_k is not None):
+            default = 1.0
+        return replace(self, temperature=default)
 
 
 @dataclass(slots=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -193,12 +192,7 @@ class EmbeddedBackend:
         if options.echo and max_new == 0:
             yield await self._score_prompt(request, prompt, options)
             return
-        params = request.params
-        if params.temperature is None:  # the model's default; a top_p/top_k asks to sample
-            default = self._loaded().default_temperature
-            if default == 0.0 and (params.top_p is not None or params.top_k is not None):
-                default = 1.0  # OpenAI's and vLLM's default temperature
-            params = replace(params, temperature=default)
+        params = request.params.with_default_temperature(self._loaded().default_temperature)
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[Event] = asyncio.Queue()
         seq: Sequence

@@ -207,15 +207,11 @@ def sampling(
     seed = scalar(request, "seed")
     if temperature is not None and temperature < 0:
         raise BadRequest("temperature must be >= 0")
-    top_p_set = float(p) if p is not None and p > 0 else None
-    top_k_set = int(k) if k is not None and k > 0 else None
-    if temperature is None and (top_p_set is not None or top_k_set is not None):
-        temperature = 1.0
     return SamplingParams(
         temperature=None if temperature is None else float(temperature),
-        top_p=top_p_set,
-        top_k=top_k_set,
+        top_p=float(p) if p is not None and p > 0 else None,
+        top_k=int(k) if k is not None and k > 0 else None,
         seed=None if seed is None else int(seed),
         stop=stop,
         ignore_eos=bool(scalar(request, "ignore_eos", False)),
-    )
+    ).with_default_temperature(0.0)

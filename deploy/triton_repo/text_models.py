@@ -174,17 +174,14 @@ class VllmShapedModel(TextModel):
             raise BadRequest(f"sampling_parameters: not supported here: {', '.join(unknown)}")
         stop = options.get("stop") or ()
         temperature, top_p, top_k = options.get("temperature"), options.get("top_p"), options.get("top_k")
-        sets_top = (top_p is not None and float(top_p) > 0) or (top_k is not None and int(top_k) > 0)
-        if temperature is None and sets_top:  # asks to sample, as pb_common.sampling reads it
-            temperature = 1.0
         params = SamplingParams(
             temperature=None if temperature is None else float(temperature),
-            top_p=float(top_p) if top_p is not None and 0 < float(top_p) < 1 else None,
+            top_p=float(top_p) if top_p is not None and 0 < float(top_p) <= 1 else None,
             top_k=int(top_k) if top_k is not None and int(top_k) > 0 else None,
             seed=None if options.get("seed") is None else int(options["seed"]),
             stop=(stop,) if isinstance(stop, str) else tuple(str(s) for s in stop),
             ignore_eos=bool(options.get("ignore_eos", False)),
-        )
+        ).with_default_temperature(0.0)  # a top_p/top_k alone samples, as in pb_common.sampling
         exclude_input = bool(scalar(request, "exclude_input_in_output", False))
         echo = "" if stream or exclude_input else prompt
         return prompt, params, int(options.get("max_tokens", self.default_max_tokens)), stream, echo
