@@ -131,6 +131,11 @@ def _error_rate(run: Mapping[str, Any]) -> float | None:
     return overall.get("errors", 0) / requests if requests else None
 
 
+def _served(run: Mapping[str, Any]) -> set[str]:
+    """The variants an eval run's answers named ("?": records with no x-turnout-variant)."""
+    return set(run.get("variants") or {}) - {"?"}
+
+
 def _eval_of(variant: str, run: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, bool]:
     """(the block with ``variant``'s ``tasks`` and ``agreement`` in an eval run, or None when the
     run did not measure it; whether the run was of a split route that ``variant`` served part of).
@@ -139,7 +144,7 @@ def _eval_of(variant: str, run: Mapping[str, Any]) -> tuple[Mapping[str, Any] | 
     the records ``variant`` itself served (``per_variant``) are its own; an older run without
     them gives it none.
     """
-    served = set(run.get("variants") or {}) - {"?"}  # "?": records with no x-turnout-variant
+    served = _served(run)
     if served == {variant} or (run["model"] == variant and not served - {variant}):
         return run, False
     if variant in served:
@@ -427,14 +432,11 @@ def compare(
     }
     missing = [v for v in variants if v not in measured_variants]
 
-    def served_by(run: Mapping[str, Any]) -> set[str]:
-        return set(run.get("variants") or {}) - {"?"}
-
-    split = {run["model"]: sorted(served_by(run)) for run in eval_runs if len(served_by(run)) > 1}
+    split = {run["model"]: sorted(_served(run)) for run in eval_runs if len(_served(run)) > 1}
     for name in variants:  # a split route's figures are no variant's: its variants have theirs
-        measured_as_variant = any(
-            name in served_by(run) or (run["model"] == name and len(served_by(run)) <= 1) for run in eval_runs
-        ) or any(name in run["per_variant"] for run in loads)
+        measured_as_variant = any(_eval_of(name, run)[0] is not None for run in eval_runs) or any(
+            name in run["per_variant"] for run in loads
+        )
         if name in split and not measured_as_variant:
             raise ValueError(
                 f"--variants: {name} is a route split between {', '.join(split[name])}; "
