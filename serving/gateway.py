@@ -325,9 +325,13 @@ class Gateway:
             raise
         finally:
             self.metrics.route_in_flight(routed.route.name).dec()
-            if status == 200 and delivered > 1:  # the decode pace the client saw, once per stream
+            # The decode pace the client saw, once per stream, over the tokens after the first (as
+            # vLLM's time per output token): the usage's count, as a chunk may carry several (an
+            # upstream that merges deltas while its client lags, as vLLM does); else text chunks.
+            paced = last.usage.completion_tokens if last.usage is not None else delivered
+            if status == 200 and paced > 1:
                 first_at = started[1] + ttft
-                per_token = (self._clock() - first_at) / (delivered - 1)
+                per_token = (self._clock() - first_at) / (paced - 1)
                 _after_this_turn(
                     self.metrics.series(routed.route.name, variant, endpoint).per_token.observe, per_token
                 )

@@ -201,8 +201,8 @@ class GatewayMetrics:
         )
         self.per_token = Histogram(
             "turnout_time_per_output_token_seconds",
-            "A finished stream's time per text chunk after its first, as its client read them "
-            "(a chunk is a token from the embedded engine and vLLM): (last - first) / (chunks - 1)",
+            "A finished stream's time per output token after its first, as its client read them: "
+            "(last - first) / (tokens - 1), tokens from its usage (its text chunks if it had none)",
             labels,
             buckets=_PER_TOKEN_BUCKETS,
             registry=self.registry,

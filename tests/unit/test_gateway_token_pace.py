@@ -1,0 +1,68 @@
+"""The stream pace metric (``turnout_time_per_output_token_seconds``) counts tokens, not chunks.
+
+An upstream may put several tokens in one chunk (vLLM merges deltas while its client lags; the
+embedded engine holds back a character's first bytes or a possible stop sequence), so the
+usage's count is the divisor when the stream has one. The adapter is in-process on purpose:
+what is tested is the gateway's arithmetic over a stream of a known shape and clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, SamplingParams, Usage
+from serving.config import GatewayConfig
+from serving.gateway import Gateway
+from serving.metrics import GatewayMetrics
+
+REQUEST = GenerateRequest(kind="chat", params=SamplingParams(), messages=[{"role": "user", "content": "hi"}])
+
+
+class Merging:
+    """Ten tokens in three chunks, one second apart, with or without the usage at the end."""
+
+    info = BackendInfo(kind="openai_http", engine="vllm")
+
+    def __init__(self, now: list[float], usage: bool) -> None:
+        self.now, self.usage = now, usage
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    def ready(self) -> bool:
+        return True
+
+    async def complete(self, request: GenerateRequest) -> Completion:
+        raise NotImplementedError
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        yield Chunk("one ")
+        self.now[0] += 1.0
+        yield Chunk("two three four five ")
+        self.now[0] += 1.0
+        yield Chunk("six seven eight nine ten", "length", Usage(3, 10) if self.usage else None)
+
+
+async def pace(usage: bool) -> tuple[float, float]:
+    now = [100.0]
+    upstream = {"kind": "openai_http", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    config = GatewayConfig.model_validate(
+        {"variants": {"v": upstream}, "routes": {"r": {"targets": [{"variant": "v"}]}}}
+    )
+    gw = Gateway(config, {"v": Merging(now, usage)}, GatewayMetrics(), clock=lambda: now[0])
+    stream = await gw.stream(gw.choose("r", None, None), REQUEST, "chat")
+    texts = [chunk.text async for chunk in stream]
+    assert "".join(texts) == "one two three four five six seven eight nine ten"
+    series = gw.metrics.per_token.labels("r", "v", "chat")
+    await asyncio.sleep(0)  # the observation is made after the last chunk is handed on
+    return series._sum.get(), sum(b.get() for b in series._buckets)
+
+
+async def test_a_stream_with_usage_is_paced_per_token_after_the_first() -> None:
+    total, count = await pace(usage=True)
+    assert count == 1 and total == 2.0 / 9  # two seconds over the nine tokens after the first
+
+
+async def test_a_stream_without_usage_is_paced_per_text_chunk() -> None:
+    total, count = await pace(usage=False)
+    assert count == 1 and total == 2.0 / 2
