@@ -117,6 +117,24 @@ class Chunk:
     # On the finishing chunk: the stop sequence (or stop token id) that ended the answer, as
     # vLLM's ``stop_reason`` says; None when it ended otherwise (EOS, length) or nobody says.
     stop_reason: str | int | None = None
+    # As :attr:`Completion.choice_extra` and :attr:`Completion.response_extra`, on the chunk that
+    # carried them: vLLM's token_ids per chunk, prompt_token_ids on the first, system_fingerprint
+    # on the last.
+    choice_extra: dict[str, Any] | None = None
+    response_extra: dict[str, Any] | None = None
+
+
+def merge_extra(mine: dict[str, Any] | None, later: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Two chunks' extra fields as one chunk's: lists (token ids) go on, anything else the later wins."""
+    if not later:
+        return mine
+    if not mine:
+        return later
+    out = dict(mine)
+    for key, value in later.items():
+        before = out.get(key)
+        out[key] = before + value if isinstance(before, list) and isinstance(value, list) else value
+    return out
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
+from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage, merge_extra
 from backends.logprobs import merge_logprobs
 from backends.settings import OpenAIHttpSettings, TimeoutSettings
 from backends.upstream_pool import (
@@ -236,6 +236,7 @@ def message_extra(message: Any) -> dict[str, Any] | None:
 _COUNTS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 # What the gateway writes itself; anything else an upstream set is passed on (``_others``).
 _CHOICE_FIELDS = frozenset({"index", "text", "message", "logprobs", "finish_reason", "stop_reason"})
+_STREAM_CHOICE_FIELDS = _CHOICE_FIELDS | {"delta"}
 _RESPONSE_FIELDS = frozenset({"id", "object", "created", "model", "choices", "usage"})
 
 
@@ -414,6 +415,8 @@ class OpenAIHttpBackend:
                     last.logprobs = merge_logprobs(last.logprobs, chunk.logprobs)
                     if chunk.extra is not None:
                         last.extra = {**(last.extra or {}), **chunk.extra}
+                    last.choice_extra = merge_extra(last.choice_extra, chunk.choice_extra)
+                    last.response_extra = merge_extra(last.response_extra, chunk.response_extra)
                     if chunk.stop_reason is not None:
                         last.stop_reason = chunk.stop_reason
                 elif chunk.finish_reason is not None:
@@ -444,25 +447,42 @@ class OpenAIHttpBackend:
                 message, _, _, _ = _error_fields(data)
                 raise BackendError(f"upstream {self.name} failed mid-stream: {message or 'error event'}")
             usage = _usage(obj.get("usage"))
+            response_extra = _others(obj, _RESPONSE_FIELDS)
             choices = obj.get("choices")
             if not choices:
-                return Chunk(usage=usage) if usage is not None else None
+                if usage is None and response_extra is None:
+                    return None
+                return Chunk(usage=usage, response_extra=response_extra)
             choice = choices[0]
             text = _text(choice["delta"].get("content") if chat else choice.get("text"))
             finish = choice.get("finish_reason")
             logprobs = choice.get("logprobs")  # passed on as the upstream shaped it
             extra = message_extra(choice["delta"]) if chat else None
+            choice_extra = _others(choice, _STREAM_CHOICE_FIELDS)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
-        if not text and finish is None and usage is None and not logprobs and extra is None:
+        if (
+            not text
+            and finish is None
+            and usage is None
+            and not logprobs
+            and extra is None
+            and (choice_extra is None and response_extra is None)
+        ):
             return None  # role-only or empty delta: nothing to pass on
         logprobs = logprobs if isinstance(logprobs, dict) else None
-        return Chunk(text, finish, usage, logprobs, extra, _stop_reason(choice))
+        return Chunk(text, finish, usage, logprobs, extra, _stop_reason(choice), choice_extra, response_extra)
 
 
 def _bare(chunk: Chunk) -> bool:
     """A chunk with nothing for the client but its usage (the stream's last, usually)."""
-    return not chunk.text and chunk.extra is None and chunk.logprobs is None
+    return (
+        not chunk.text
+        and chunk.extra is None
+        and chunk.logprobs is None
+        and chunk.choice_extra is None
+        and chunk.response_extra is None
+    )
 
 
 def _text(content: Any) -> str:

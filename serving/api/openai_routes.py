@@ -255,19 +255,27 @@ async def _sse_events(
     try:
         async for chunk in chunks:
             logprobs = chunk.logprobs  # this chunk's tokens, on the event that carries their text
-            if chunk.text or chunk.extra or (logprobs is not None and chunk.finish_reason is None):
-                delivered += 1
+            # An upstream's own fields (vLLM's token_ids…) go on the event with this chunk's text,
+            # or on its finish event; what the gateway writes wins.
+            upstream_choice, upstream_answer = chunk.choice_extra or {}, chunk.response_extra or {}
+            going_on = chunk.finish_reason is None
+            delivering = chunk.text or chunk.extra or (going_on and logprobs is not None)
+            if delivering or (going_on and (upstream_choice or upstream_answer)):
+                delivered += 1 if delivering else 0
                 text = chunk.text if chunk.text or not chunk.extra else None  # a bare tool-call delta
-                yield sse.event({**head, "choices": [choice(text, None, logprobs, chunk.extra)], **extra})
-                logprobs = None
-            if chunk.finish_reason is not None:
+                answer = choice(text, None, logprobs, chunk.extra)
+                if upstream_choice:
+                    answer = {**upstream_choice, **answer}
+                yield sse.event({**head, **upstream_answer, "choices": [answer], **extra})
+                logprobs, upstream_choice, upstream_answer = None, {}, {}
+            if not going_on:
                 if charge is not None and chunk.usage is not None:
                     charge(chunk.usage.total_tokens)
                     charged = True
-                last = choice(None, chunk.finish_reason, logprobs)
+                last = {**upstream_choice, **choice(None, chunk.finish_reason, logprobs)}
                 if chunk.stop_reason is not None:
                     last["stop_reason"] = chunk.stop_reason
-                yield sse.event({**head, "choices": [last], **extra})
+                yield sse.event({**head, **upstream_answer, "choices": [last], **extra})
                 if include_usage and chunk.usage is not None:
                     yield sse.event({**head, "choices": [], "usage": chunk.usage.as_dict()})
     except TurnoutError as exc:

@@ -124,6 +124,37 @@ def test_vllms_prompt_logprobs_and_token_ids_come_through(gateway: Launched, vll
     assert through.json()["id"].startswith("chatcmpl-") and through.json()["model"] == "tiny"  # ours win
 
 
+def streamed_ids(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A stream's token ids as vLLM's ``return_token_ids`` spreads them over its events: the
+    choices' ``token_ids`` joined, and ``prompt_token_ids`` wherever it came (choice or answer)."""
+    found: dict[str, Any] = {"token_ids": [], "prompt_token_ids": None, "text": ""}
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as reply:
+        assert reply.status_code == 200, reply.read()
+        for line in reply.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            event = json.loads(line[6:])
+            found["prompt_token_ids"] = event.get("prompt_token_ids") or found["prompt_token_ids"]
+            for choice in event.get("choices") or []:
+                found["token_ids"] += choice.get("token_ids") or []
+                found["prompt_token_ids"] = choice.get("prompt_token_ids") or found["prompt_token_ids"]
+                found["text"] += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+    return found
+
+
+def test_vllms_streamed_token_ids_come_through(gateway: Launched, vllm: VllmServer) -> None:
+    """Streamed, vLLM puts them on the events themselves; only delta fields used to come through."""
+    for path, body in (
+        ("completions", {"prompt": "12+34=", "max_tokens": 4}),
+        ("chat/completions", {"messages": SUM, "max_tokens": 4}),
+    ):
+        body = {**body, "temperature": 0, "return_token_ids": True}
+        through = streamed_ids(f"{gateway.url}/v1/{path}", {"model": "tiny", **body})
+        direct = streamed_ids(f"{vllm.base_url}/{path}", {"model": VLLM_MODEL, **body})
+        assert direct["token_ids"] and direct["prompt_token_ids"], direct  # vLLM 0.32 sends both
+        assert through == direct, path
+
+
 def test_turnout_eval_scores_text_the_same_through_vllm_and_the_embedded_engine(
     gateway: Launched, gateway_url: str, tmp_path: Path
 ) -> None:

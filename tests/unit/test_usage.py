@@ -1,8 +1,9 @@
-"""``Usage``: the counts every engine reports, plus an upstream's details passed on as shaped."""
+"""``Usage``: the counts every engine reports, plus an upstream's details passed on as shaped;
+and an upstream's other fields folded across chunks."""
 
 from __future__ import annotations
 
-from backends.base import Usage
+from backends.base import Usage, merge_extra
 
 
 def test_counts_alone() -> None:
@@ -29,3 +30,16 @@ def test_a_batch_sums_counts_and_details() -> None:
         "prompt_tokens_details": {"cached_tokens": 8, "multimodal_tokens": None},
         "service": "x",
     }
+
+
+def test_two_chunks_extra_fields_fold_into_one_token_ids_joined() -> None:
+    """The finish chunk and the usage chunk after it become one event: ids go on, the rest the later."""
+    first = {"token_ids": [5, 6], "prompt_token_ids": [1, 2]}
+    later = {"token_ids": [2], "system_fingerprint": "fp"}
+    assert merge_extra(first, later) == {
+        "token_ids": [5, 6, 2],
+        "prompt_token_ids": [1, 2],
+        "system_fingerprint": "fp",
+    }
+    assert merge_extra(None, later) is later and merge_extra(first, None) is first
+    assert first == {"token_ids": [5, 6], "prompt_token_ids": [1, 2]}  # not changed in place
