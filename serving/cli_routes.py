@@ -182,8 +182,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     canary.add_argument("--eval-chat", action="store_true", help=evals + "ask through chat, not completions")
     rollback = command(
         "rollback",
-        "make a new version equal to an older one (default: the previous, unless the current "
-        "version is itself a rollback)",
+        "make a new version equal to an older one (default: the previous one with no canary in "
+        "progress, unless the current version is itself a rollback)",
     )
     rollback.add_argument("--to", type=int, help="the version to return to")
     command("history", "every version of a route, oldest first")

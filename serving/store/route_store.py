@@ -143,7 +143,8 @@ class RouteStore:
         reason: str | None = None,
         check: Callable[[RouteSpec], None] | None = None,
     ) -> RouteVersion:
-        """Add a new version equal to an older one (default: the one before the current).
+        """Add a new version equal to an older one (default: the latest before the current with no
+        canary in progress, the stable state a canary started from or one an operator set).
 
         ``check`` sees the spec about to be restored, inside the write, and raises to refuse it
         (the admin API: one whose variants this gateway no longer has cannot be put in force).
@@ -159,8 +160,8 @@ class RouteStore:
                 raise Conflict(
                     f"route '{route}' is at version {latest.version}, itself a rollback "
                     f"({latest.reason}, by {latest.author}): rolling back again would return to "
-                    f"version {latest.version - 1}; name the version to return to (to_version, "
-                    f"or `turnout routes rollback {route} --to N`)",
+                    f"version {_rollback_target(conn, route, latest)}; name the version to return "
+                    f"to (to_version, or `turnout routes rollback {route} --to N`)",
                     code="already_rolled_back",
                 )
             if to_version is None and latest.version == 1:
@@ -173,11 +174,12 @@ class RouteStore:
                     f"route '{route}' is already at version {to_version}: roll back to an earlier one",
                     code="no_earlier_version",
                 )
-            target = latest.version - 1 if to_version is None else to_version
+            target = _rollback_target(conn, route, latest) if to_version is None else to_version
             spec = versions.one(conn, route, target).spec
             if check is not None:
                 check(spec)
-            return spec, reason or f"rollback to v{target}"
+            said = f"rollback to v{target}"
+            return spec, f"{said}: {reason}" if reason else said
 
         return self._append(
             route, expected_version=expected_version, author=author, action="rollback", next_spec=older
@@ -311,6 +313,18 @@ class RouteStore:
             # Two processes creating the schema at once (PostgreSQL): the other one won; check again.
             with self._writing() as conn:
                 metadata.create_all(conn)
+
+
+def _rollback_target(conn: Connection, route: str, latest: RouteVersion) -> int:
+    """The version a plain rollback returns to: the latest before ``latest`` with no canary in
+    progress. A version mid-canary would bring its canary back, which the judge then went on
+    with: a rollback after a canary completed (or during one) was promoted again a second later.
+    With no such version (a route created with its canary), the one before the current."""
+    earlier = [v for v in versions.all_of(conn, route) if v.version < latest.version]
+    for version in reversed(earlier):  # newest first
+        if version.spec.canary is None:
+            return version.version
+    return latest.version - 1
 
 
 def _stale(route: str, at_version: int, expected: int) -> Conflict:

@@ -218,7 +218,9 @@ def test_history_rollback_and_audit(gateway: str) -> None:
     history = httpx.get(f"{gateway}/admin/routes/chat/history", headers=admin()).json()["versions"]
     assert [v["version"] for v in history] == [1, 2, 3, 4, 5]
     assert [v["action"] for v in history] == ["seed", "set", "set", "rollback", "rollback"]
-    assert history[4]["spec"] == history[0]["spec"] and history[4]["reason"] == "undo everything"
+    assert (
+        history[4]["spec"] == history[0]["spec"] and history[4]["reason"] == "rollback to v1: undo everything"
+    )
     entries = httpx.get(f"{gateway}/admin/audit?route=chat", headers=admin()).json()["entries"]
     assert [e["version"] for e in entries[:5]] == [5, 4, 3, 2, 1]
     assert entries[0]["actor"] == "env-admin"

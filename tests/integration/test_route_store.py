@@ -253,7 +253,7 @@ def test_rollback(store: RouteStore) -> None:
     assert back.spec == store.get_version("chat", 2).spec == ONLY_A
 
     to_first = store.rollback("chat", to_version=1, expected_version=None, author="bo", reason="bad canary")
-    assert (to_first.version, to_first.reason, to_first.spec) == (5, "bad canary", AB)
+    assert (to_first.version, to_first.reason, to_first.spec) == (5, "rollback to v1: bad canary", AB)
     assert [(v.version, v.action) for v in store.history("chat")] == [
         (1, "seed"),
         (2, "set"),
@@ -261,7 +261,7 @@ def test_rollback(store: RouteStore) -> None:
         (4, "rollback"),
         (5, "rollback"),
     ]
-    assert store.audit(limit=1)[0].detail == "bad canary"
+    assert store.audit(limit=1)[0].detail == "rollback to v1: bad canary"  # what it restored, and why
 
     with pytest.raises(Conflict, match="at version 5, not 4"):
         store.rollback("chat", to_version=1, expected_version=4, author="bo")
@@ -277,7 +277,7 @@ def test_rollback(store: RouteStore) -> None:
     with pytest.raises(Conflict) as again:  # v5 is a rollback: "the previous" would bring v4 back
         store.rollback("chat", to_version=None, expected_version=None, author="cy")
     assert (again.value.status, again.value.code) == (409, "already_rolled_back")
-    assert "version 5, itself a rollback (bad canary, by bo)" in again.value.message
+    assert "version 5, itself a rollback (rollback to v1: bad canary, by bo)" in again.value.message
     assert "--to N" in again.value.message and store.get("chat").version == 5
 
     store.seed({"fresh": AB})
@@ -285,6 +285,33 @@ def test_rollback(store: RouteStore) -> None:
         store.rollback("fresh", to_version=None, expected_version=1, author="bo")
     assert first_only.value.code == "no_earlier_version"
     assert store.get("fresh").version == 1
+
+
+def test_a_plain_rollback_skips_versions_with_a_canary_in_progress(store: RouteStore) -> None:
+    """The version before a completed canary is its last step: restored, the judge completed it
+    again a second later. A plain rollback returns to the stable state the canary started from."""
+    gate = {"metric": "error_rate", "max": 0.05}
+    plan = {"stable": "a", "canary": "b", "steps": [50, 100], "gates": [gate]}
+    canary_at = {
+        step: RouteSpec.model_validate({
+            "targets": [{"variant": "a", "weight": 100 - pct}, {"variant": "b", "weight": pct}],
+            "canary": {**plan, "step": step},
+        })
+        for step, pct in ((0, 50), (1, 100))
+    }  # fmt: skip
+    only_b = RouteSpec(targets=[WeightedTarget(variant="b")])
+    store.seed({"chat": ONLY_A})
+    store.put("chat", canary_at[0], expected_version=1, author="ana", reason="canary")
+    store.put("chat", canary_at[1], expected_version=2, author="judge", reason="promote")
+    store.put("chat", only_b, expected_version=3, author="judge", reason="complete")
+    back = store.rollback("chat", to_version=None, expected_version=4, author="bo", reason="back to a")
+    assert (back.spec, back.reason) == (ONLY_A, "rollback to v1: back to a")
+    with pytest.raises(Conflict, match="would return to version 4"):  # undoing it takes a --to
+        store.rollback("chat", to_version=None, expected_version=5, author="cy")
+    mid = store.put("chat", canary_at[1], expected_version=5, author="ana", reason="at its last step")
+    assert store.rollback("chat", to_version=None, expected_version=mid.version, author="bo").spec == ONLY_A
+    named = store.rollback("chat", to_version=3, expected_version=None, author="bo")
+    assert named.spec == canary_at[1]  # named, a canary version comes back as it was
 
 
 def test_not_found_errors(store: RouteStore) -> None:
