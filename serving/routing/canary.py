@@ -20,8 +20,9 @@ from serving.routing.spec import CanaryPlan, EvalGate, RouteSpec, SloGate, Weigh
 
 __all__ = ["EvalScores", "Sample", "Verdict", "WindowStats", "apply", "judge", "summarize"]
 
-# A relative gate needs the stable variant to have at least min(this, plan.min_requests) values.
-STABLE_MIN_VALUES = 10
+# A relative gate needs the stable variant to have at least min(this, plan.min_requests) values,
+# and no step is promoted before each gate's metric has that many of the canary's.
+MIN_VALUES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,7 @@ def _broken(gate: SloGate, plan: CanaryPlan, canary: WindowStats, stable: Window
     base: float | None = getattr(stable, gate.metric)
     if ratio is None or base is None:
         return None
-    if _values_behind(gate.metric, stable) < min(STABLE_MIN_VALUES, plan.min_requests):
+    if _values_behind(gate.metric, stable) < min(MIN_VALUES, plan.min_requests):
         return None
     shown = _fmt(gate.metric, base)
     if gate.metric == "error_rate" and base < 1 / stable.count:
@@ -161,7 +162,7 @@ def judge(
        ``"p95 TTFT 840 ms > 500 ms over 212 requests"`` or
        ``"p95 latency 310 ms > 1.5× stable's 120 ms over 130 requests"``.
 
-       - A gate whose canary value is None (no streamed request → no TTFT) is not evaluated.
+       - A gate whose canary value is None (no streamed request → no TTFT) cannot break.
        - The absolute bound ``max`` is checked first; the value must not exceed it.
        - The relative bound ``max_ratio_to_stable`` needs the stable variant to have at least
          ``min(10, plan.min_requests)`` values for the metric (requests; streamed requests
@@ -169,8 +170,11 @@ def judge(
        - For the error rate, a stable rate below one error in its window (i.e. 0%) is taken
          as ``1 / stable.count``: zero errors in n requests is no evidence of a rate below 1/n,
          and a bound of ratio × 0 would roll back on the first canary error.
-    3. Every gate holds and ``elapsed_s >= plan.min_duration_s``, but the eval gate's result
-       is not in yet: hold (``"waiting: eval of the canary on addition (50 examples)"``).
+    3. Every gate holds and ``elapsed_s >= plan.min_duration_s``, but a gate's metric has fewer
+       than ``min(10, plan.min_requests)`` of the canary's values (a TTFT gate and few streamed
+       requests): hold, as no evidence is no pass (``"waiting: 3/10 streamed requests for the
+       p95 TTFT gate"``); or the eval gate's result is not in yet: hold (``"waiting: eval of the
+       canary on addition (50 examples)"``).
     4. Every gate holds and ``elapsed_s >= plan.min_duration_s``: promote, e.g.
        ``"step 2/4 (25%) held: 212 requests over 61 s, error rate 0.0%, p95 TTFT 120 ms,
        p95 latency 300 ms"`` (a metric with no value is left out; the eval's accuracy added).
@@ -192,6 +196,12 @@ def judge(
             return Verdict("rollback", why)
     if elapsed_s < plan.min_duration_s:
         return Verdict("hold", waiting)
+    need = min(MIN_VALUES, plan.min_requests)
+    for gate in plan.gates:
+        have = _values_behind(gate.metric, canary)
+        if have < need:
+            kind = "streamed requests" if gate.metric == "p95_ttft_ms" else "requests"
+            return Verdict("hold", f"waiting: {have}/{need} {kind} for the {_LABELS[gate.metric]} gate")
     if eval_gate is not None and evals is None:
         wanted = f"{eval_gate.dataset} ({eval_gate.examples} examples)"
         return Verdict("hold", f"waiting: eval of the canary on {wanted}")

@@ -108,7 +108,8 @@ def test_promote_reason() -> None:
 
 
 def test_promote_reason_leaves_out_missing_ttft() -> None:
-    verdict = judge(plan(), 60.0, stats(100, ttft=None, ttft_count=0), STABLE)
+    no_ttft_gate = [gate for gate in GATES if gate.metric != "p95_ttft_ms"]
+    verdict = judge(plan(gates=no_ttft_gate), 60.0, stats(100, ttft=None, ttft_count=0), STABLE)
     assert verdict.reason == "step 1/4 (5%) held: 100 requests over 60 s, error rate 0.0%, p95 latency 200 ms"
 
 
@@ -223,10 +224,18 @@ def test_relative_error_rate_against_a_stable_with_no_errors() -> None:
 # gates that cannot be evaluated
 
 
-def test_missing_ttft_is_not_evaluated() -> None:
+def test_a_ttft_gate_without_enough_streamed_requests_holds_rather_than_passes() -> None:
+    """No TTFT cannot break the gate, nor promote past it: it used to count as holding (QA: a
+    canary with a 50 ms TTFT gate and a 300 ms upstream was promoted on non-streamed traffic)."""
     gates = [SloGate(metric="p95_ttft_ms", max=1), SloGate(metric="p95_ttft_ms", max_ratio_to_stable=1)]
     verdict = judge(plan(gates=gates), 60.0, stats(100, ttft=None, ttft_count=0), STABLE)
-    assert verdict.action == "promote"
+    assert verdict == Verdict("hold", "waiting: 0/10 streamed requests for the p95 TTFT gate")
+    few = judge(plan(gates=[gates[1]]), 60.0, stats(100, ttft=50.0, ttft_count=9), STABLE)
+    assert few == Verdict("hold", "waiting: 9/10 streamed requests for the p95 TTFT gate")
+    enough = judge(plan(gates=[gates[1]]), 60.0, stats(100, ttft=90.0, ttft_count=10), STABLE)
+    assert enough.action == "promote"
+    small = plan(gates=[gates[1]], min_requests=3, min_duration_s=0)  # the need follows min_requests
+    assert judge(small, 0.0, stats(3, ttft=90.0, ttft_count=3), STABLE).action == "promote"
 
 
 @pytest.mark.parametrize(
