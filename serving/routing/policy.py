@@ -38,8 +38,11 @@ def pick_sticky(route: str, key: str, targets: list[WeightedTarget]) -> str:
             continue
         digest = keyed.copy()
         digest.update(target.variant.encode())
-        unit = (int.from_bytes(digest.digest()[:8], "big") | 1) / 2.0**64  # in (0, 1): ln never sees 0
-        score = -math.log(unit) / target.weight
+        unit = (int.from_bytes(digest.digest()[:8], "big") | 1) / 2.0**64  # in (0, 1]: ln never sees 0
+        # -ln(unit) / weight, compared as its log: a tiny weight (1e-320) made it inf for every
+        # target, and no target won (a 500 for every sticky request).
+        drawn = -math.log(unit)
+        score = math.log(drawn) - math.log(target.weight) if drawn > 0 else -math.inf
         if score < best_score:
             best, best_score = target.variant, score
     return best

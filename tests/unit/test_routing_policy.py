@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
+
 import pytest
 from pydantic import ValidationError
 
@@ -25,6 +28,29 @@ def test_sticky_pick_is_stable_per_route_and_skips_zero_weights() -> None:
     assert here != [pick_sticky("other-route", f"k{i}", targets) for i in range(1000)]  # routes differ
     muted = [WeightedTarget(variant="a", weight=0), WeightedTarget(variant="b", weight=1)]
     assert {pick_sticky("route", f"k{i}", muted) for i in range(1000)} == {"b"}
+
+
+def test_a_tiny_weight_still_picks_a_target_and_ordinary_picks_are_unchanged() -> None:
+    """-ln(u)/1e-320 was inf for every target: none won, and every sticky request was a 500."""
+    tiny = [WeightedTarget(variant="a", weight=1e-320), WeightedTarget(variant="b", weight=0)]
+    assert {pick_sticky("route", f"k{i}", tiny) for i in range(100)} == {"a"}
+    both_tiny = [WeightedTarget(variant="a", weight=1e-320), WeightedTarget(variant="b", weight=3e-320)]
+    assert {pick_sticky("route", f"k{i}", both_tiny) for i in range(200)} == {"a", "b"}
+
+    def before(key: str, targets: list[WeightedTarget]) -> str:  # the formula as it was
+        keyed = hashlib.sha256(f"route\x00{key}\x00".encode())
+        scores = {}
+        for target in targets:
+            digest = keyed.copy()
+            digest.update(target.variant.encode())
+            unit = (int.from_bytes(digest.digest()[:8], "big") | 1) / 2.0**64
+            scores[target.variant] = -math.log(unit) / target.weight
+        return min(scores, key=lambda variant: scores[variant])
+
+    targets = split(70, 30).targets  # no sticky user moves on upgrade
+    assert [pick_sticky("route", f"k{i}", targets) for i in range(2000)] == [
+        before(f"k{i}", targets) for i in range(2000)
+    ]
 
 
 def test_seventy_thirty_split_over_ten_thousand_keys() -> None:
