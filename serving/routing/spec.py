@@ -19,8 +19,9 @@ Percent = Annotated[float, Field(gt=0, le=100)]
 
 
 # Every number in a route is finite: an infinite weight or gate would be written to the store
-# and break JSON (and ``nan`` compares false to every bound).
-_SPEC_MODEL = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+# and break JSON (and ``nan`` compares false to every bound). Strict: a number is a number, not
+# "70" or true (the admin API took both as weights).
+_SPEC_MODEL = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class WeightedTarget(BaseModel):

@@ -127,3 +127,11 @@ def test_pick_weighted_edges() -> None:
 def test_invalid_route_specs(targets: list[dict[str, object]]) -> None:
     with pytest.raises(ValidationError):
         RouteSpec.model_validate({"targets": targets})
+
+
+@pytest.mark.parametrize("weight", ["70", True, "1e-3"])
+def test_a_weight_must_be_a_number_not_a_string_or_a_bool(weight: object) -> None:
+    """The admin API took "70" as 70 and true as 1, where a rollback's to_version was already strict."""
+    with pytest.raises(ValidationError, match="valid number"):
+        RouteSpec.model_validate({"targets": [{"variant": "a", "weight": weight}]})
+    assert RouteSpec.model_validate({"targets": [{"variant": "a", "weight": 70}]}).targets[0].weight == 70.0
