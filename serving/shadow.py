@@ -86,7 +86,10 @@ class ShadowTee:
             tally.skipped += 1
             counter.labels(route, shadow, "skipped").inc()
             return
-        if reference.status == 499:  # the client hung up: nothing to compare against
+        # Nothing to compare against: the client hung up (499), or its request was refused as
+        # bad (a 4xx other than an overload's 429), which the shadow would refuse too and be
+        # counted as failing for it.
+        if 400 <= reference.status < 500 and reference.status != 429:
             tally.skipped += 1
             counter.labels(route, shadow, "skipped").inc()
             return

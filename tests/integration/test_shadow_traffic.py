@@ -42,6 +42,7 @@ def variants() -> Iterator[dict[str, Any]]:
         FaultServer(reply=REPLY) as twin,
         FaultServer(reply="a different answer") as other,
         FaultServer(reply=REPLY, default="latency=5000") as slow,
+        FaultServer(reply=REPLY, default="error=400") as refusing,
     ):
         down = fault_variant(a)
         down["base_url"] = f"http://127.0.0.1:{_closed_port()}/v1"
@@ -50,6 +51,7 @@ def variants() -> Iterator[dict[str, Any]]:
             "twin": fault_variant(twin),
             "other": fault_variant(other),
             "slow": fault_variant(slow),
+            "refusing": fault_variant(refusing),
             "down": down,
         }
 
@@ -134,6 +136,23 @@ def test_answers_are_compared_and_recent_differences_kept(tmp_path: Path, varian
         assert summary["configured"][0]["variant"] == "twin"
         assert (
             metric_value(gateway.url, "turnout_shadow_requests_total", shadow="twin", outcome="match") == 10
+        )
+
+
+def test_a_request_the_primary_refuses_as_bad_is_not_mirrored(
+    tmp_path: Path, variants: dict[str, Any]
+) -> None:
+    """The shadow would refuse it too, and its summary showed those as shadow errors (QA)."""
+    route = {"targets": [{"variant": "refusing"}], "shadows": [{"variant": "twin"}]}
+    config = write_config(tmp_path / "gateway.yaml", variants, {"chat": route})
+    with running_gateway(config) as gateway:
+        for stream in (False, True, False):
+            assert chat(gateway.url, stream=stream).status_code == 400
+        eventually(lambda: _summary(gateway.url)["shadows"]["twin"]["skipped"] == 3, timeout=5)
+        twin = _summary(gateway.url)["shadows"]["twin"]
+        assert (twin["errors"], twin["compared"]) == (0, 0)
+        assert (
+            metric_value(gateway.url, "turnout_shadow_requests_total", shadow="twin", outcome="skipped") == 3
         )
 
 
