@@ -157,6 +157,15 @@ class GuardedProtocol(HttpToolsProtocol):
             self._body_timer.cancel()
             self._body_timer = None
         super().on_message_complete()
+        # Answered before its body had all come (a 413, 404, 405): uvicorn armed the keep-alive
+        # timer with the answer and cancelled it at the next read, and nothing armed it again,
+        # so the connection stayed open for good (20 such clients held 20 connections).
+        answered = self.cycle is not None and self.cycle.response_complete
+        unarmed = not self.pipeline and self.timeout_keep_alive_task is None
+        if answered and unarmed and not self.transport.is_closing():
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def data_received(self, data: bytes) -> None:
         idle, in_head, messages = self._idle, self._in_head, self._messages

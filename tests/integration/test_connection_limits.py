@@ -173,6 +173,19 @@ def test_a_body_that_stops_arriving_gets_408_after_the_body_timeout(gateway: Lau
     assert chat(gateway.url).status_code == 200
 
 
+def test_a_request_answered_before_its_body_came_still_closes_when_idle(gateway: Launched) -> None:
+    """A 404 (or 413, 405) sent before the body had all come: the rest of the body cancelled the
+    keep-alive timer and the connection stayed open for good (QA held 20 for minutes)."""
+    with _connect(gateway) as sock:
+        sock.sendall(b"POST /nowhere HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 404 ")  # answered with no body read
+        time.sleep(0.2)
+        started = time.monotonic()
+        sock.sendall(b"0123456789")  # the body, after the answer
+        assert _read_all(sock) == b""  # closed: keep-alive (uvicorn's 5 s), not never
+    assert time.monotonic() - started < 5 + 2
+
+
 def test_a_slow_but_steady_body_is_never_cut(gateway: Launched) -> None:
     """The body bound is the wait between reads (nginx's), not a deadline for the whole body."""
     payload = orjson.dumps({"model": "chat", "messages": [{"role": "user", "content": "x" * 3000}]})
