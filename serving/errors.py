@@ -49,6 +49,21 @@ class InternalError(TurnoutError):
     default_code = "internal_error"
 
 
+class ShuttingDown(TurnoutError):
+    """The server stopped this request on its way down (uvicorn's graceful shutdown ran out, or
+    the process was told to stop): a 503 the client may retry elsewhere, not uvicorn's plain 500."""
+
+    status = 503
+    error_type = "service_unavailable"
+    default_code = "shutting_down"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the gateway is shutting down and stopped this request; retry it",
+            headers={"retry-after": "1", "connection": "close"},
+        )
+
+
 class ClientError(TurnoutError):
     """The request is wrong (400 unless a subclass says otherwise)."""
 

@@ -8,13 +8,17 @@ here; an error after the first byte becomes one typed ``error`` event followed b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from serving.errors import ShuttingDown
+
 DONE = b"data: [DONE]\n\n"
+_CUT_STREAM_END_S = 1.0  # how long ending a stream the server stopped may take
 
 
 def event(payload: dict[str, Any]) -> bytes:
@@ -48,6 +52,24 @@ def client_left(watcher: asyncio.Task[None]) -> bool:
     return watcher.done() and not watcher.cancelled()
 
 
+async def _end_cut_stream(send: Send, head: list[tuple[bytes, bytes]] | None) -> None:
+    """End a stream the server stopped (shutting down) as any failed stream ends: an error event,
+    then ``[DONE]``, not a chunked body cut mid-way (``head``: its headers, if not sent yet).
+    Bounded: a client that stopped reading cannot hold the shutdown."""
+    with contextlib.suppress(Exception, TimeoutError):
+        async with asyncio.timeout(_CUT_STREAM_END_S):
+            if head is not None:
+                await send({"type": "http.response.start", "status": 200, "headers": head})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": error_event(ShuttingDown().body()) + DONE,
+                    "more_body": True,
+                }
+            )
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 class SSEAnswer:
     """A 200 ``text/event-stream`` answer: the head, one body message per event, the end.
 
@@ -67,15 +89,20 @@ class SSEAnswer:
         assert streaming is not None
         raw = [(b"content-type", b"text/event-stream; charset=utf-8"), *header_pairs(self.headers)]
         watcher = cancel_on_disconnect(receive, streaming)
+        started = False
         try:
             await send({"type": "http.response.start", "status": 200, "headers": raw})
+            started = True
             async for event in self.events:
                 await send({"type": "http.response.body", "body": event, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            if not client_left(watcher):
-                raise  # cancelled from outside (shutdown), not by the client leaving
-            streaming.uncancel()  # the client left: the stream is over, quietly
+            streaming.uncancel()
+            left = client_left(watcher)  # else cancelled from outside: the server is going down
+            watcher.cancel()  # before the end is sent: its last send ends the request
+            if not left:
+                await _end_cut_stream(send, None if started else raw)
+            # the client left: the stream is over, quietly
         finally:
             watcher.cancel()  # before anything here can yield: the last send ended the request
             closer = getattr(self.events, "aclose", None)

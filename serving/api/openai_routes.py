@@ -35,6 +35,7 @@ from serving.errors import (
     InternalError,
     NotFound,
     PayloadTooLarge,
+    ShuttingDown,
     TurnoutError,
 )
 from serving.gateway import SIBLING_FAILED, Routed
@@ -311,10 +312,12 @@ async def _unless_disconnected(receive: Receive, work: Awaitable[Result], watch_
     try:
         return await work
     except asyncio.CancelledError:
-        if watcher is not None and sse.client_left(watcher):
-            current.uncancel()  # our own cancellation, handled here: the task goes on to answer 499
+        current.uncancel()  # handled here: the task goes on to answer
+        if watcher is not None and sse.client_left(watcher):  # our own cancellation
             raise ClientClosedRequest("the client closed the connection") from None
-        raise
+        # From outside: the server is going down (uvicorn cancels what its graceful shutdown
+        # left running). An OpenAI-shaped 503 rather than uvicorn's plain-text 500.
+        raise ShuttingDown() from None
     finally:
         timer.cancel()
         if watcher is not None:
