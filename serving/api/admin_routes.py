@@ -112,12 +112,13 @@ async def put_route(request: Request) -> Response:
         raise Unprocessable('The body must be {"spec": {...}, "reason": "..."}', param="spec")
     spec = _parse_spec(body["spec"], frozenset(state.gateway.backends), state.variant_aliases)
     reason = str(body.get("reason") or "")
-    existed = name in state.gateway.routes
     stored = await asyncio.to_thread(
         state.store.put, name, spec, expected_version=expected, author=author, reason=reason
     )
     await state.sync.refresh()
-    return _version_response(state, stored, 200 if existed else 201)
+    # 201 for the write that made the route, whatever this process had loaded when it came
+    # (five writes at once to a new route were five 201s).
+    return _version_response(state, stored, 201 if stored.version == 1 else 200)
 
 
 async def route_history(request: Request) -> Response:

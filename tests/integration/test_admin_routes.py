@@ -321,6 +321,14 @@ def test_a_change_reaches_another_gateway_process_within_one_second(config: Path
         assert took < 1.0
 
 
+def test_only_the_write_that_made_a_route_is_a_201(config: Path) -> None:
+    """Not every write to a route this process had not loaded yet (QA: five writes at once, five 201s)."""
+    with running_gateway(config) as first, running_gateway(config) as second:
+        assert put_route(first.url, "fresh", {"targets": [{"variant": "a"}]}, version=0).status_code == 201
+        again = put_route(second.url, "fresh", {"targets": [{"variant": "b"}]})  # before it synced
+        assert (again.status_code, again.json()["version"]) == (200, 2)
+
+
 def test_a_new_route_appears_in_models(gateway: str) -> None:
     created = put_route(gateway, "chat-b", {"targets": [{"variant": "b"}]}, version=0)
     assert created.status_code == 201 and created.json()["version"] == 1
