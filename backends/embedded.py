@@ -66,7 +66,10 @@ class EmbeddedBackend:
         return onnx_dir(self.settings.precision)
 
     async def start(self) -> None:
-        model = await asyncio.to_thread(GenAIModel, self._folder(), self.settings.intra_op_threads)
+        settings = self.settings
+        model = await asyncio.to_thread(
+            GenAIModel, self._folder(), settings.intra_op_threads, settings.max_model_len
+        )
         if model.chat_template:
             self._template = ChatTemplate(model.chat_template, model.bos_token, model.eos_token)
         batcher = DynamicBatcher[Sequence](

@@ -183,13 +183,17 @@ def _post_finish(sequences: list[Sequence], reason: str) -> None:
 class GenAIModel:
     """A loaded ONNX Runtime GenAI model folder: weights, tokenizer and chat template."""
 
-    def __init__(self, folder: Path, intra_op_threads: int = 1) -> None:
+    def __init__(self, folder: Path, intra_op_threads: int = 1, max_model_len: int | None = None) -> None:
         if not (folder / "genai_config.json").is_file():
             raise FileNotFoundError(f"{folder} has no genai_config.json (run `turnout model build`)")
         self.folder = folder
         genai_config = _read_json(folder / "genai_config.json")
         model_section = genai_config["model"]
+        # The longest sequence, prompt and answer: the model's context, or less if the deployment
+        # says so (a spec's kv_cache.max_model_len, as vLLM's --max-model-len).
         self.context_length = int(model_section["context_length"])
+        if max_model_len is not None:
+            self.context_length = min(self.context_length, max_model_len)
         self.bos_id = int(model_section["bos_token_id"])
         self.pad_id = int(model_section["pad_token_id"])
         self.vocab_size = int(model_section["vocab_size"])

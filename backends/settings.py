@@ -40,6 +40,8 @@ class EmbeddedSettings(StrictModel):
     batching: BatchingSettings = BatchingSettings()
     # Threads ONNX Runtime may use for one batch step (0 = its default).
     intra_op_threads: Annotated[int, Field(ge=0)] = 1
+    # The longest sequence (prompt + answer) served; None = the model's own context length.
+    max_model_len: Annotated[int, Field(ge=2)] | None = None
 
     @field_validator("model_dir")
     @classmethod

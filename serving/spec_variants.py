@@ -120,7 +120,11 @@ def _embedded(spec: VariantSpec, entry: SpecVariant) -> EmbeddedSettings:
         max_queue_delay_ms=spec.batching.max_queue_delay_us / 1000,
     )
     return EmbeddedSettings(
-        model_dir=model_dir, precision=precision, accelerator=spec.accelerator, batching=batching
+        model_dir=model_dir,
+        precision=precision,
+        accelerator=spec.accelerator,
+        batching=batching,
+        max_model_len=spec.kv_cache.max_model_len,
     )
 
 

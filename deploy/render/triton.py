@@ -97,6 +97,8 @@ def ort_config(spec: VariantSpec, name: str, *, decoupled: bool) -> dict[str, An
                 "python_class": TEXT_MODEL_CLASS,
                 "model_dir": ort_model_dir(spec),
                 "default_max_tokens": "16",
+                # The longest sequence the model serves: the spec's cap, or the model's context.
+                "max_model_len": str(spec.max_model_len()),
             }
         ),
     }

@@ -99,7 +99,10 @@ class TokenEngine(GenAIModel):
 
 
 def load_engine(ctx: ModelContext) -> TokenEngine:
-    return TokenEngine(ctx.path("model_dir"), intra_op_threads=int(ctx.param("intra_op_threads", "1")))
+    cap = int(ctx.param("max_model_len", "0")) or None  # a rendered spec's kv_cache.max_model_len
+    return TokenEngine(
+        ctx.path("model_dir"), intra_op_threads=int(ctx.param("intra_op_threads", "1")), max_model_len=cap
+    )
 
 
 class BatchDriver:

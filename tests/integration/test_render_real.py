@@ -19,6 +19,7 @@ import inspect
 import json
 import os
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -195,7 +196,8 @@ def test_cpu_triton_repository_loads_and_generates_in_real_tritonserver(tmp_path
     from deploy.triton_runtime import triton_server
     from serving.launcher import free_port
 
-    spec = SPECS["tiny-cpu"]
+    example = SPECS["tiny-cpu"]  # its context lowered: the rendered model must serve the spec's cap
+    spec = example.model_copy(update={"kv_cache": example.kv_cache.model_copy(update={"max_model_len": 64})})
     write(render(spec, "triton"), tmp_path)
     install = _triton_install()
     ports: set[int] = set()
@@ -223,6 +225,9 @@ def test_cpu_triton_repository_loads_and_generates_in_real_tritonserver(tmp_path
             json.loads(line[len("data: ") :]) for line in stream.splitlines() if line.startswith("data: ")
         ]
         assert len(events) >= 2 and "".join(e["text_output"] for e in events) == answer["text_output"]
+        with pytest.raises(urllib.error.HTTPError) as refused:  # it served 512 tokens whatever the spec said
+            _post(f"{server.http_url}/v2/models/{spec.name}/generate", {"text_input": "the red " * 40})
+        assert refused.value.code == 400 and b"the context length is 64" in refused.value.read()
 
 
 # --- Ray Serve --------------------------------------------------------------------------------
