@@ -90,11 +90,8 @@ class CanaryController:
             step_began = max(active.created_at, self._observing_since)
             canary = log_.stats(name, plan.canary, step_began)
             stable = log_.stats(name, plan.stable, step_began)
-            evaluated = self.evals.result(name, plan)
-            scores = evaluated if isinstance(evaluated, EvalScores) else None
-            verdict = judge(plan, now - step_began, canary, stable, scores)
-            if isinstance(evaluated, str) and verdict.action == "hold":
-                verdict = Verdict("hold", f"{verdict.reason}; {evaluated}")
+            evaluated = self.evals.result(name, plan)  # scores, why it could not run, or None yet
+            verdict = judge(plan, now - step_began, canary, stable, evaluated)
             self.last[name] = {
                 "version": active.version,
                 "step": plan.step,

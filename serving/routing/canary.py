@@ -145,14 +145,17 @@ def judge(
     elapsed_s: float,
     canary: WindowStats,
     stable: WindowStats,
-    evals: EvalScores | None = None,
+    evals: EvalScores | str | None = None,
 ) -> Verdict:
     """Decide what to do with the canary, from the stats gathered since the current step began.
 
     Rules, in order:
 
-    0. With an eval gate and its ``evals`` in: a broken eval gate means rollback at once (it
-       needs no traffic), e.g. ``"eval accuracy 62.0% < 95.0% on 50 addition examples"`` or
+    0. With an eval gate and its ``evals`` in: an eval that could not run (``evals`` is why,
+       e.g. ``"eval cannot run: dataset … has no rows"``) means rollback at once, as a failed
+       analysis does in Argo Rollouts and Flagger: it runs once per plan, so holding would keep
+       the canary's share of traffic unjudged for good. A broken eval gate means rollback at
+       once too (it needs no traffic), e.g. ``"eval accuracy 62.0% < 95.0% on 50 addition examples"`` or
        ``"eval accuracy 90.0% is 8.0 pt below stable's 98.0% (budget 1 pt) on 50 addition
        examples"``.
 
@@ -181,8 +184,11 @@ def judge(
     5. Otherwise hold until the step has lasted long enough.
     """
     eval_gate = plan.eval_gate
-    if eval_gate is not None and evals is not None:
-        why = _eval_broken(eval_gate, evals)
+    if eval_gate is not None and isinstance(evals, str):
+        return Verdict("rollback", evals)
+    scores = evals if isinstance(evals, EvalScores) else None
+    if eval_gate is not None and scores is not None:
+        why = _eval_broken(eval_gate, scores)
         if why is not None:
             return Verdict("rollback", why)
     waiting = (
@@ -202,7 +208,7 @@ def judge(
         if have < need:
             kind = "streamed requests" if gate.metric == "p95_ttft_ms" else "requests"
             return Verdict("hold", f"waiting: {have}/{need} {kind} for the {_LABELS[gate.metric]} gate")
-    if eval_gate is not None and evals is None:
+    if eval_gate is not None and scores is None:
         wanted = f"{eval_gate.dataset} ({eval_gate.examples} examples)"
         return Verdict("hold", f"waiting: eval of the canary on {wanted}")
     metrics = [f"error rate {canary.error_rate:.1%}"]
@@ -210,8 +216,8 @@ def judge(
         metrics.append(f"p95 TTFT {canary.p95_ttft_ms:.0f} ms")
     if canary.p95_latency_ms is not None:
         metrics.append(f"p95 latency {canary.p95_latency_ms:.0f} ms")
-    if evals is not None:
-        metrics.append(_eval_shown(evals))
+    if scores is not None:
+        metrics.append(_eval_shown(scores))
     return Verdict(
         "promote",
         f"step {plan.step + 1}/{len(plan.steps)} ({plan.percent:g}%) held: {canary.count} requests "

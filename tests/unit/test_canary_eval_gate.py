@@ -79,6 +79,14 @@ def test_a_failing_eval_rolls_back_at_once_without_traffic() -> None:
     )
 
 
+def test_an_eval_that_cannot_run_rolls_back_rather_than_holding_for_good() -> None:
+    """It runs once per plan: held, the canary kept its share of traffic unjudged (QA: an empty
+    JSONL dataset); Argo and Flagger abort a failed analysis."""
+    why = "eval cannot run: dataset /data/mine.jsonl has no rows"
+    assert judge(plan(FLOOR), 1.0, stats(0), STABLE, why) == Verdict("rollback", why)
+    assert judge(plan(None), 61.0, stats(100), STABLE, why).action == "promote"  # no eval gate: moot
+
+
 def test_a_drop_past_the_budget_against_stable_rolls_back() -> None:
     scores = EvalScores("addition@1", 100, canary=0.90, stable=0.98)
     verdict = judge(plan(BUDGET), 1.0, stats(0), STABLE, scores)
