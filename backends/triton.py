@@ -23,7 +23,7 @@ from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
 from backends.chat_template import ChatTemplate
 from backends.settings import TritonSettings
 from backends.triton_tensors import ModelFacts, RequestPlan, ResponseReader, plan_request
-from serving.errors import BackendError, ClientError, ConfigError
+from serving.errors import BackendError, ClientError, ConfigError, TurnoutError
 
 
 class Transport(Protocol):
@@ -146,14 +146,27 @@ class TritonBackend:
         else:
             yield await self._transport.infer(facts, inputs, request_id)
 
+    async def _config_changed(self, model: str) -> bool:
+        """After Triton refused a request: read the model's config again; whether it changed. A
+        restarted Triton may serve the model with another config (batch dimension, decoupled),
+        and inputs shaped for the old one are refused until the config is read again."""
+        before = self._facts.pop(model, None)
+        try:
+            return await self.facts(model) != before
+        except TurnoutError:
+            return False  # unreadable now: the next request reads it again
+
+    def _model(self, stream: bool) -> str:
+        if stream and self.settings.stream_model:
+            return self.settings.stream_model
+        return self.settings.model
+
     async def _prepare(
         self, request: GenerateRequest, stream: bool
     ) -> tuple[ModelFacts, dict[str, Any], ResponseReader]:
         """The model to ask, its inputs, and the reader of its responses."""
         plan = self.plan(request)  # a 400 for what the tensors cannot say, before any network
-        model = self.settings.model
-        if stream and self.settings.stream_model:
-            model = self.settings.stream_model
+        model = self._model(stream)
         facts = self._facts.get(model) or await self.facts(model)
         inputs = plan.inputs_for(facts, stream=stream and facts.decoupled)
         echo = plan.echo if facts.inputs and "exclude_input_in_output" not in facts.inputs else ""
@@ -174,12 +187,33 @@ class TritonBackend:
         yield Chunk(text=tail, finish_reason=finish, usage=usage, stop_reason=reader.stop_reason)
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        facts, inputs, reader = await self._prepare(request, stream=True)
-        async with aclosing(self._chunks(facts, inputs, reader, request.request_id)) as chunks:
-            async for chunk in chunks:
-                yield chunk
+        for attempt in (1, 2):
+            facts, inputs, reader = await self._prepare(request, stream=True)
+            sent = False
+            try:
+                async with aclosing(self._chunks(facts, inputs, reader, request.request_id)) as chunks:
+                    async for chunk in chunks:
+                        sent = True
+                        yield chunk
+                return
+            except ClientError as exc:  # refused before any output: a changed config is read again
+                if sent or attempt == 2 or not await self._refused_for_config(exc, stream=True):
+                    raise
 
     async def complete(self, request: GenerateRequest) -> Completion:
+        try:
+            return await self._complete(request)
+        except ClientError as exc:
+            if not await self._refused_for_config(exc, stream=False):
+                raise
+            return await self._complete(request)  # once more, shaped for the config read again
+
+    async def _refused_for_config(self, exc: ClientError, *, stream: bool) -> bool:
+        """Whether Triton refused the request (not the gateway's own checks) and the model's
+        config has changed since it was read: then the request is worth sending once more."""
+        return exc.code == "triton_rejected" and await self._config_changed(self._model(stream))
+
+    async def _complete(self, request: GenerateRequest) -> Completion:
         facts, inputs, reader = await self._prepare(request, stream=False)
         if not facts.decoupled:  # one request, one response: no generators on the hot path
             text = reader.feed(await self._transport.infer(facts, inputs, request.request_id))
