@@ -14,8 +14,10 @@ it. Three conventions (``TritonSettings.tensors``):
   (JSON), ``exclude_input_in_output`` → ``text_output`` (+ finish reason and counts when asked).
 
 Only inputs the model declares are sent (its config is read once); a request that needs one
-it lacks is a 400. Stop strings are also applied here, because TensorRT-LLM matches stop
-*tokens* and keeps them in the output, where OpenAI cuts before the string.
+it lacks is a 400, and so is a value of the wrong type for its field (``triton_types.py``),
+checked here before either transport sees it, so HTTP and gRPC refuse the same values. Stop
+strings are also applied here, because TensorRT-LLM matches stop *tokens* and keeps them in the
+output, where OpenAI cuts before the string.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from backends.base import GenerateRequest, Usage
 from backends.openai_fields import check_extra
 from backends.stop_scanner import StopScanner
+from backends.triton_types import check_extras
 from serving.errors import BackendError, BackendTimeout, BackendUnavailable, ClientError, TurnoutError
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -126,9 +129,7 @@ def plan_request(
     """Map ``request`` onto ``tensors``; a 400 for what the convention cannot express."""
     p = request.params
     extras = check_extra(request.extra, _engine(tensors), _MAPPED_EXTRAS[tensors]) if request.extra else {}
-    for name, value in extras.items():  # integer inputs are INT32 tensors: past that they would wrap
-        if isinstance(value, int) and not isinstance(value, bool) and not -(2**31) <= value < 2**31:
-            raise ClientError(f"{name} must fit a 32-bit integer, got {value}", param=name)
+    extras = check_extras(extras)  # each of the type it must be, before it can become a tensor
     if p.max_tokens is not None:
         max_tokens = p.max_tokens
     else:
@@ -163,9 +164,9 @@ def plan_request(
         raise ClientError(f"'ignore_eos' is not supported by {_engine(tensors)}", param="ignore_eos")
     if p.stop:
         fields["stop_words"] = list(p.stop)
-    bad = extras.pop("bad_words", None)
+    bad = extras.pop("bad_words", None)  # a list of strings by now
     if bad:
-        fields["bad_words"] = [bad] if isinstance(bad, str) else [str(word) for word in bad]
+        fields["bad_words"] = bad
     fields.update(extras)
     fields["exclude_input_in_output"] = True
     if end_id is not None:
