@@ -14,10 +14,10 @@ it. Three conventions (``TritonSettings.tensors``):
   (JSON), ``exclude_input_in_output`` → ``text_output`` (+ finish reason and counts when asked).
 
 Only inputs the model declares are sent (its config is read once); a request that needs one
-it lacks is a 400, and so is a value of the wrong type for its field (``triton_types.py``),
-checked here before either transport sees it, so HTTP and gRPC refuse the same values. Stop
-strings are also applied here, because TensorRT-LLM matches stop *tokens* and keeps them in the
-output, where OpenAI cuts before the string.
+it lacks is a 400, and so is a value of the wrong type for its field or for the input's declared
+datatype (``triton_types.py``), checked here before either transport sees it, so HTTP and gRPC
+refuse the same values. Stop strings are also applied here, because TensorRT-LLM matches stop
+*tokens* and keeps them in the output, where OpenAI cuts before the string.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from backends.base import GenerateRequest, Usage
 from backends.openai_fields import check_extra
 from backends.stop_scanner import StopScanner
-from backends.triton_types import check_extras
+from backends.triton_types import check_extras, check_input
 from serving.errors import BackendError, BackendTimeout, BackendUnavailable, ClientError, TurnoutError
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -93,6 +93,9 @@ class RequestPlan:
         sent = {}
         for name, value in fields.items():
             if name in facts.inputs:
+                if name not in _OPTIONAL_INPUTS:  # from the request (the rest are the gateway's own)
+                    param = self.params.get(name, name)
+                    check_input(name, value, facts.inputs[name], param=param, model=facts.name)
                 sent[name] = value
             elif name not in _OPTIONAL_INPUTS and name != "text_input":
                 param = self.params.get(name, name)

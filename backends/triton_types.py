@@ -1,14 +1,18 @@
-"""The value each extra field takes on its way to Triton: checked before anything is sent.
+"""The value each Triton input takes: a request's fields are type-checked before anything is sent.
 
 Pure (no I/O), on the request path inside ``backends/triton_tensors.py``. A value that could not
 become its tensor used to fail in the transport: a ``TypeError`` building a gRPC numpy array, or
 Triton's 500 "Unable to parse 'data'" over HTTP. Both were 502s, counted by the variant's
 circuit breaker, so five requests from anyone took the variant away from everyone; and HTTP and
-gRPC disagreed (``true`` as a penalty was a 502 on one, sent as 1.0 on the other). Now
-``check_extras`` holds each extra field a convention passes on to the kind of value it is,
-whatever the model (a penalty: a finite number; ``min_tokens``: a 32-bit integer;
-``bad_words``: a string or a list of strings; …), and a wrong one is a 400 naming the field
-(``param``), the same on both protocols. ``null`` is the field left unset.
+gRPC disagreed (``true`` as a penalty was a 502 on one, sent as 1.0 on the other). Now each is a
+400 naming the field (``param``), the same on both protocols, in two steps:
+
+* ``check_extras``: each extra field a convention passes on, against the kind of value it is,
+  whatever the model (a penalty: a finite number; ``min_tokens``: a 32-bit integer;
+  ``bad_words``: a string or a list of strings; …). ``null`` is the field left unset;
+* ``check_input``: each input about to be sent, against the datatype the model's config
+  declares (BOOL: true or false; INT*/UINT*: an integer in the type's range; FP*/BF16: a number
+  finite at that width; BYTES: a string or a list of strings).
 
 Booleans are never numbers, although Python's ``True == 1``.
 """
@@ -37,6 +41,8 @@ EXTRA_KINDS: dict[str, Kind] = {
     "spaces_between_special_tokens": "bool",
 }
 _INT32 = 2**31
+# The largest finite value of each floating datatype (FP64: any finite double).
+_FLOAT_MAX = {"FP16": 65504.0, "BF16": 3.3895313892515355e38, "FP32": 3.4028234663852886e38, "FP64": math.inf}
 
 
 def describe(value: Any) -> str:
@@ -122,3 +128,51 @@ def check_extras(extras: Mapping[str, Any]) -> dict[str, Any]:
         kind = EXTRA_KINDS.get(name)
         checked[name] = value if kind is None else check_extra_value(name, kind, value)
     return checked
+
+
+def _expected(datatype: str) -> str | None:
+    """What a ``datatype`` input takes, in words; None for a datatype not checked here."""
+    if datatype == "BOOL":
+        return "true or false"
+    if datatype.startswith(("INT", "UINT")):
+        return "an integer"
+    if datatype in _FLOAT_MAX:
+        return "a number"
+    if datatype == "BYTES":
+        return "a string or a list of strings"
+    return None
+
+
+def _problem(value: Any, datatype: str) -> Literal["kind", "range"] | None:
+    """Why one item cannot be a ``datatype`` element: not of its kind, out of its range, or None."""
+    if datatype == "BOOL":
+        return None if isinstance(value, bool) else "kind"
+    if datatype.startswith(("INT", "UINT")):
+        if not is_integer(value):
+            return "kind"
+        bits = int(datatype.removeprefix("U").removeprefix("INT"))
+        low, high = (0, 2**bits) if datatype.startswith("U") else (-(2 ** (bits - 1)), 2 ** (bits - 1))
+        return None if low <= value < high else "range"
+    if datatype in _FLOAT_MAX:
+        if not is_number(value):
+            return "kind"
+        return None if _finite(value, _FLOAT_MAX[datatype]) else "range"
+    return None if isinstance(value, str) else "kind"  # BYTES
+
+
+def check_input(name: str, value: Any, datatype: str, *, param: str, model: str) -> None:
+    """A 400 naming ``param`` unless ``value`` can become ``model``'s ``datatype`` input ``name``.
+
+    A list is one item per element (a BYTES input's words); a datatype not known here is sent as is.
+    """
+    expected = _expected(datatype)
+    if expected is None:
+        return
+    for item in value if isinstance(value, list) else [value]:
+        problem = _problem(item, datatype)
+        if problem is None:
+            continue
+        where = f"Triton model '{model}' takes {name} as {datatype}"
+        if problem == "range":
+            raise _refuse(f"{param} must fit {datatype} ({where}), got {describe(item)}", param)
+        raise _refuse(f"{param} must be {expected} ({where}), got {describe(value)}", param)

@@ -19,12 +19,12 @@ from deploy.model import tasks
 from serving.config import parse_config
 from serving.errors import BackendError, BackendTimeout, BackendUnavailable, ClientError, ConfigError
 
-TRTLLM_INPUTS = ("text_input", "max_tokens", "bad_words", "stop_words", "exclude_input_in_output", "end_id")
-TRTLLM = ModelFacts(
+TRTLLM = ModelFacts(  # as deploy/triton_repo/models/ensemble declares them (the checked ones must match)
     "ensemble",
     batched=True,
-    inputs={name: "BYTES" for name in TRTLLM_INPUTS}
-    | {"temperature": "FP32", "return_num_output_tokens": "BOOL", "stream": "BOOL"},
+    inputs={"text_input": "BYTES", "max_tokens": "INT32", "bad_words": "BYTES", "stop_words": "BYTES"}
+    | {"exclude_input_in_output": "BOOL", "end_id": "INT32", "temperature": "FP32"}
+    | {"return_num_output_tokens": "BOOL", "stream": "BOOL"},
 )
 
 

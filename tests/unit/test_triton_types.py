@@ -10,11 +10,14 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import pytest
+from tritonclient.utils import triton_to_np_dtype
 
 from backends.base import GenerateRequest, SamplingParams
-from backends.triton_tensors import _MAPPED_EXTRAS, plan_request
-from backends.triton_types import EXTRA_KINDS
+from backends.triton_grpc import to_array
+from backends.triton_tensors import _MAPPED_EXTRAS, ModelFacts, plan_request
+from backends.triton_types import EXTRA_KINDS, check_input
 from serving.errors import ClientError
 
 
@@ -111,3 +114,72 @@ def test_values_of_the_right_type_pass_and_null_is_unset() -> None:
         "skip_special_tokens": False,
         "min_p": 0.1,
     }
+
+
+PENALTIES = ModelFacts(
+    "penalties",
+    batched=True,
+    inputs={
+        "text_input": "BYTES",
+        "max_tokens": "INT32",
+        "stop_words": "BOOL",  # a model that declares an input oddly: the 400 names the request's field
+        "repetition_penalty": "FP32",
+        "length_penalty": "INT32",
+        "min_tokens": "UINT8",
+        "presence_penalty": "FP16",
+        "exclude_input_in_output": "BOOL",
+    },
+)
+
+
+def test_each_input_is_checked_against_the_models_declared_datatype() -> None:
+    def refused(extra: dict[str, Any], **params: Any) -> ClientError:
+        with pytest.raises(ClientError) as caught:
+            plan("trtllm", extra, **params).inputs_for(PENALTIES, stream=False)
+        return caught.value
+
+    sent = plan("trtllm", {"repetition_penalty": 2, "length_penalty": 3, "min_tokens": 255}).inputs_for(
+        PENALTIES, stream=False
+    )
+    assert (sent["repetition_penalty"], sent["length_penalty"], sent["min_tokens"]) == (2, 3, 255)
+    big = refused({"repetition_penalty": 1e39})
+    assert big.param == "repetition_penalty"
+    takes = "Triton model 'penalties' takes repetition_penalty as FP32"
+    assert big.message == f"repetition_penalty must fit FP32 ({takes}), got 1e+39"
+    assert refused({"presence_penalty": 70000.0}).message.startswith("presence_penalty must fit FP16")
+    assert refused({"length_penalty": 1.5}).message.startswith(
+        "length_penalty must be an integer (Triton model 'penalties' takes length_penalty as INT32)"
+    )
+    assert refused({"min_tokens": 256}).message.startswith("min_tokens must fit UINT8")
+    stop = refused({}, stop=("x",))
+    assert stop.param == "stop" and stop.message.startswith("stop must be true or false")
+
+
+@pytest.mark.parametrize(
+    ("datatype", "good", "bad"),
+    [
+        ("BOOL", [True, False, [True]], [1, 0, "true", None, 1.0]),
+        ("INT32", [0, -(2**31), 2**31 - 1, [1, 2]], [2**31, 1.0, True, "1", [1, "2"]]),
+        ("UINT64", [0, 2**64 - 1], [-1, 2**64, False]),
+        ("INT8", [127, -128], [128, -129]),
+        ("FP32", [0, 1.5, -2, 3.4e38], [3.5e38, math.nan, math.inf, True, "1.5", {}, 10**400]),
+        ("FP64", [1e300, 10**300], [math.inf, 10**400]),
+        ("BYTES", ["x", "", ["a", "b"], []], [5, True, 1.5, ["a", 5], {}, None]),
+    ],
+)
+def test_check_input_by_datatype(datatype: str, good: list[Any], bad: list[Any]) -> None:
+    for value in good:
+        check_input("x", value, datatype, param="x", model="m")
+        # what passes becomes a gRPC tensor without error (HTTP sends the same JSON value)
+        array = to_array(value, datatype, True, triton_to_np_dtype(datatype))
+        assert array.shape[0] == 1
+        if datatype != "BYTES" and not isinstance(value, list):
+            assert array.item() == np.array(value, dtype=triton_to_np_dtype(datatype)).item()
+    for value in bad:
+        with pytest.raises(ClientError) as caught:
+            check_input("x", value, datatype, param="field", model="m")
+        assert caught.value.param == "field" and caught.value.status == 400
+
+
+def test_a_datatype_not_known_here_is_sent_unchecked() -> None:
+    check_input("x", "anything", "TYPE_CUSTOM", param="x", model="m")
