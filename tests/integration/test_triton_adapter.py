@@ -6,7 +6,8 @@ variant per (tensor convention × protocol) pointing at the session's Triton ser
 TensorRT-LLM's ensemble face (``preset: trtllm-ensemble`` → ``ensemble`` / ``ensemble_stream``)
 and the vLLM-backend face (``turnout_tiny_vllm``). Each answers chat, completions and streams
 with usage and finish reasons through the official ``openai`` client; Triton's refusals come
-back as OpenAI 400s with Triton's message; a Triton that is not there is a 503.
+back as OpenAI 400s with Triton's message, fields of the wrong type as 400s naming them that
+leave the variant's breaker shut; a Triton that is not there is a 503.
 """
 
 from __future__ import annotations
@@ -137,6 +138,30 @@ def test_a_request_triton_refuses_is_an_openai_400(gateway: Launched, variant: s
         else:  # no bad_words tensor in this convention: Turnout refuses it before sending
             assert error["message"] == "Unrecognized request argument supplied: bad_words"
         assert reply.headers["x-turnout-variant"] == variant
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if not v.startswith("turnout")])
+def test_a_field_of_the_wrong_type_is_a_400_that_leaves_the_variant_up(
+    gateway: Launched, variant: str
+) -> None:
+    """A value that cannot become its tensor is refused before Triton sees it, as a 400 naming the
+    field, on both protocols alike (it was a 502 TypeError): five in a row would have opened the
+    variant's breaker (5 consecutive failures), taking it away from every client for its cooldown."""
+    body = {"model": variant, "prompt": "the red", "max_tokens": 4}
+    for _ in range(5):
+        reply = httpx.post(f"{gateway.url}/v1/completions", json={**body, "bad_words": 5}, timeout=30)
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert error["param"] == "bad_words"
+        assert error["message"].startswith("bad_words must be a string or a list of strings")
+    for wrong in ("abc", {}, True, [1.2]):
+        penalty = {**body, "repetition_penalty": wrong}
+        reply = httpx.post(f"{gateway.url}/v1/completions", json=penalty, timeout=30)
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["param"] == "repetition_penalty"
+    reply = httpx.post(f"{gateway.url}/v1/completions", json=body, timeout=30)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["text"]  # served: the breaker is still shut
 
 
 def test_fields_a_convention_cannot_express_are_refused(gateway: Launched) -> None:
