@@ -125,6 +125,10 @@ class GuardedProtocol(HttpToolsProtocol):
     # ---- parser callbacks ------------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        # A keep-alive timer armed for the request before (answered before its body ended) must
+        # not close this one: uvicorn cancels it only at the start of a read, and this request may
+        # have begun in the read that ended that body (a stream was cut at 5 s).
+        self._unset_keepalive_if_required()
         super().on_message_begin()
         self._idle, self._in_head = False, True
         self._messages += 1

@@ -65,6 +65,22 @@ def _read_all(sock: socket.socket) -> bytes:
     return received
 
 
+def _read_answer(sock: socket.socket) -> bytes:
+    """One answer with a content-length, whole (its head and body may come in separate reads)."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
 def test_a_head_growing_past_the_bound_gets_431_and_the_connection_closes(gateway: Launched) -> None:
     before = _refusals(gateway, "head_too_large")
     with _connect(gateway) as sock:
@@ -178,12 +194,30 @@ def test_a_request_answered_before_its_body_came_still_closes_when_idle(gateway:
     keep-alive timer and the connection stayed open for good (QA held 20 for minutes)."""
     with _connect(gateway) as sock:
         sock.sendall(b"POST /nowhere HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n")
-        assert sock.recv(65536).startswith(b"HTTP/1.1 404 ")  # answered with no body read
+        assert _read_answer(sock).startswith(b"HTTP/1.1 404 ")  # answered with no body read
         time.sleep(0.2)
         started = time.monotonic()
         sock.sendall(b"0123456789")  # the body, after the answer
         assert _read_all(sock) == b""  # closed: keep-alive (uvicorn's 5 s), not never
     assert time.monotonic() - started < 5 + 2
+
+
+def test_a_request_after_an_early_answered_one_is_not_cut_by_its_keep_alive(gateway: Launched) -> None:
+    """The keep-alive armed once that body ended closed the next request's stream at 5 s when the
+    next request came in the same read (review: 26 of 63 events, no [DONE])."""
+    body = orjson.dumps({
+        "model": "chat", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+        "x_fault": "slow_chunks=800",  # 8 chunks: 6.4 s, past the 5 s keep-alive
+    })  # fmt: skip
+    with _connect(gateway) as sock:
+        sock.sendall(b"POST /nowhere HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n")
+        assert _read_answer(sock).startswith(b"HTTP/1.1 404 ")
+        sock.sendall(
+            b"0123456789POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        answer = _read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 200 ") and b"data: [DONE]" in answer, answer[-300:]
 
 
 def test_a_slow_but_steady_body_is_never_cut(gateway: Launched) -> None:
