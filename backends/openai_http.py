@@ -385,6 +385,7 @@ class OpenAIHttpBackend:
     async def _events(self, body: AsyncIterator[bytes], chat: bool) -> AsyncIterator[Chunk]:
         """Parse SSE from the raw byte stream; hold the finish chunk back to fold usage into it."""
         buf = b""
+        carried = _CarriedFields()
         last: Chunk | None = None  # the chunk that carried finish_reason, not yet yielded
         running: Usage | None = None  # an upstream that reports usage on every chunk: the latest
         async for raw in body:
@@ -400,7 +401,7 @@ class OpenAIHttpBackend:
                 if data is None:
                     continue
                 if data == b"[DONE]":
-                    last = last or Chunk()
+                    last = last or carried.onto(Chunk())
                     last.finish_reason = last.finish_reason or "stop"
                     last.usage = last.usage or running
                     yield last
@@ -420,11 +421,16 @@ class OpenAIHttpBackend:
                     if chunk.stop_reason is not None:
                         last.stop_reason = chunk.stop_reason
                 elif chunk.finish_reason is not None:
-                    last = chunk
+                    last = carried.onto(chunk)
                     last.usage = last.usage or running
                 elif _bare(chunk):  # usage alone before the finish (continuous stats): the latest
                     running = chunk.usage or running
+                    # Fields alone (a role event's prompt_token_ids, Azure's prompt_filter_results)
+                    # go with the next chunk: yielded, they were the stream's first token (its
+                    # TTFT, and no fallback once an upstream failed before any text).
+                    carried.add(chunk)
                 else:
+                    carried.onto(chunk)
                     # Text with usage and no finish: vLLM's continuous_usage_stats. Held back as
                     # the finish, it held the whole answer back to the end; it goes on now, and
                     # its usage is the finish's if no later one comes.
@@ -475,14 +481,30 @@ class OpenAIHttpBackend:
 
 
 def _bare(chunk: Chunk) -> bool:
-    """A chunk with nothing for the client but its usage (the stream's last, usually)."""
-    return (
-        not chunk.text
-        and chunk.extra is None
-        and chunk.logprobs is None
-        and chunk.choice_extra is None
-        and chunk.response_extra is None
-    )
+    """A chunk with no text, delta fields or logprobs: its usage (the stream's last, usually) and
+    an upstream's own fields are all it holds."""
+    return not chunk.text and chunk.extra is None and chunk.logprobs is None
+
+
+class _CarriedFields:
+    """An upstream's own fields from chunks with nothing else, kept for the next chunk passed on."""
+
+    __slots__ = ("answer", "choice")
+
+    def __init__(self) -> None:
+        self.choice: dict[str, Any] | None = None
+        self.answer: dict[str, Any] | None = None
+
+    def add(self, chunk: Chunk) -> None:
+        self.choice = merge_extra(self.choice, chunk.choice_extra)
+        self.answer = merge_extra(self.answer, chunk.response_extra)
+
+    def onto(self, chunk: Chunk) -> Chunk:
+        """``chunk`` with the kept fields first (its own after them); nothing is kept after."""
+        chunk.choice_extra = merge_extra(self.choice, chunk.choice_extra)
+        chunk.response_extra = merge_extra(self.answer, chunk.response_extra)
+        self.choice = self.answer = None
+        return chunk
 
 
 def _text(content: Any) -> str:
