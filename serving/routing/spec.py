@@ -11,31 +11,45 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 Percent = Annotated[float, Field(gt=0, le=100)]
 
 
 # Every number in a route is finite: an infinite weight or gate would be written to the store
-# and break JSON (and ``nan`` compares false to every bound). Strict: a number is a number, not
-# "70" or true (the admin API took both as weights).
-_SPEC_MODEL = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+# and break JSON (and ``nan`` compares false to every bound).
+_SPEC_MODEL = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class WeightedTarget(BaseModel):
+class _SpecModel(BaseModel):
+    """A part of a route spec. A number is never true or false: the admin API took ``true`` as a
+    weight of 1 and would take it as a shadow's sample_rate (mirror everything). Numbers written
+    as strings stay accepted: PyYAML reads ``1e-3`` as one."""
+
     model_config = _SPEC_MODEL
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, bool) and info.field_name is not None:
+            kinds = get_args(cls.model_fields[info.field_name].annotation) or (
+                cls.model_fields[info.field_name].annotation,
+            )
+            if bool not in kinds and (int in kinds or float in kinds):
+                raise ValueError(f"must be a number, not {str(value).lower()}")
+        return value
+
+
+class WeightedTarget(_SpecModel):
     variant: str
     # 0 keeps a variant in the route (and its keys' assignment stable) while it takes no traffic.
     weight: Annotated[float, Field(ge=0)] = 1.0
 
 
-class ShadowTarget(BaseModel):
+class ShadowTarget(_SpecModel):
     """A variant that gets a sampled copy of the route's traffic; its answers are only compared."""
-
-    model_config = _SPEC_MODEL
 
     variant: str
     sample_rate: Annotated[float, Field(ge=0, le=1)] = 1.0
@@ -45,10 +59,8 @@ class ShadowTarget(BaseModel):
 GateMetric = Literal["error_rate", "p95_ttft_ms", "p95_latency_ms"]
 
 
-class SloGate(BaseModel):
+class SloGate(_SpecModel):
     """One service-level bound the canary must hold: absolute, relative to stable, or both."""
-
-    model_config = _SPEC_MODEL
 
     metric: GateMetric
     # Absolute bound: error_rate as a fraction (0.05 = 5%), the others in milliseconds.
@@ -73,7 +85,7 @@ class SloGate(BaseModel):
 SHIPPED_EVAL_DATASETS = ("addition", "continuation")
 
 
-class EvalGate(BaseModel):
+class EvalGate(_SpecModel):
     """Accuracy the canary must show on an eval set before it is promoted.
 
     The gateway runs ``examples`` rows of ``dataset`` greedily through the canary's backend
@@ -82,8 +94,6 @@ class EvalGate(BaseModel):
     accuracy is below ``min_accuracy`` (a fraction) or more than ``max_drop_pt`` percentage
     points below the stable variant's on the same rows; a request that fails counts as wrong.
     """
-
-    model_config = _SPEC_MODEL
 
     dataset: Annotated[str, Field(min_length=1)] = "addition"
     examples: Annotated[int, Field(ge=1, le=2000)] = 50
@@ -108,14 +118,12 @@ class EvalGate(BaseModel):
         return self.max_drop_pt is not None
 
 
-class CanaryPlan(BaseModel):
+class CanaryPlan(_SpecModel):
     """Move traffic from ``stable`` to ``canary`` step by step while every gate holds.
 
     ``step`` is the index into ``steps`` in force; it is state, advanced by the canary
     controller writing a new route version, so every promotion is versioned and audited.
     """
-
-    model_config = _SPEC_MODEL
 
     stable: str
     canary: str
@@ -146,10 +154,8 @@ class CanaryPlan(BaseModel):
 StickySource = Literal["auto", "header", "user", "none"]
 
 
-class RouteSpec(BaseModel):
+class RouteSpec(_SpecModel):
     """Weighted primaries, stickiness, shadows, ordered fallbacks, retries and an optional canary."""
-
-    model_config = _SPEC_MODEL
 
     targets: Annotated[list[WeightedTarget], Field(min_length=1)]
     # Where the stickiness key comes from: "auto" = the x-turnout-key header, else the OpenAI

@@ -129,9 +129,19 @@ def test_invalid_route_specs(targets: list[dict[str, object]]) -> None:
         RouteSpec.model_validate({"targets": targets})
 
 
-@pytest.mark.parametrize("weight", ["70", True, "1e-3"])
-def test_a_weight_must_be_a_number_not_a_string_or_a_bool(weight: object) -> None:
-    """The admin API took "70" as 70 and true as 1, where a rollback's to_version was already strict."""
-    with pytest.raises(ValidationError, match="valid number"):
-        RouteSpec.model_validate({"targets": [{"variant": "a", "weight": weight}]})
-    assert RouteSpec.model_validate({"targets": [{"variant": "a", "weight": 70}]}).targets[0].weight == 70.0
+@pytest.mark.parametrize("field", ["weight", "sample_rate"])
+def test_a_number_in_a_route_is_never_true_or_false(field: str) -> None:
+    """The admin API took true as a weight of 1 (and as a sample rate: mirror everything)."""
+    spec = {"targets": [{"variant": "a"}], "shadows": [{"variant": "b"}]}
+    where = spec["targets"][0] if field == "weight" else spec["shadows"][0]
+    where[field] = True
+    with pytest.raises(ValidationError, match="must be a number, not true"):
+        RouteSpec.model_validate(spec)
+
+
+def test_numbers_written_as_strings_still_read_as_numbers() -> None:
+    """PyYAML reads 1e-3 as a string: a config file's gate written so must keep loading."""
+    gate = {"metric": "error_rate", "max": "1e-3"}
+    plan = {"stable": "a", "canary": "b", "gates": [gate]}
+    spec = RouteSpec.model_validate({"targets": [{"variant": "a", "weight": "70"}], "canary": plan})
+    assert spec.targets[0].weight == 70.0 and spec.canary is not None and spec.canary.gates[0].max == 0.001
