@@ -325,11 +325,12 @@ class Gateway:
             raise
         finally:
             self.metrics.route_in_flight(routed.route.name).dec()
-            # The decode pace the client saw, once per stream, over the tokens after the first (as
-            # vLLM's time per output token): the usage's count, as a chunk may carry several (an
-            # upstream that merges deltas while its client lags, as vLLM does); else text chunks.
+            # The decode pace the client saw, once per stream that came in more than one text
+            # chunk, over the tokens after the first (as vLLM's time per output token): the usage's
+            # count, as a chunk may carry several (an upstream that merges deltas while its client
+            # lags, as vLLM does); else text chunks. A stream in one chunk has no pace to show.
             paced = last.usage.completion_tokens if last.usage is not None else delivered
-            if status == 200 and paced > 1:
+            if status == 200 and delivered > 1 and paced > 1:
                 first_at = started[1] + ttft
                 per_token = (self._clock() - first_at) / (paced - 1)
                 _after_this_turn(

@@ -63,6 +63,27 @@ async def test_a_stream_with_usage_is_paced_per_token_after_the_first() -> None:
     assert count == 1 and total == 2.0 / 9  # two seconds over the nine tokens after the first
 
 
+async def test_a_stream_in_one_text_chunk_has_no_pace() -> None:
+    """A Triton model that is not decoupled answers all its text at once: no 0 s/token sample."""
+    now = [100.0]
+    upstream = {"kind": "openai_http", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    config = GatewayConfig.model_validate(
+        {"variants": {"v": upstream}, "routes": {"r": {"targets": [{"variant": "v"}]}}}
+    )
+    gw = Gateway(config, {"v": AllAtOnce(now, usage=True)}, GatewayMetrics(), clock=lambda: now[0])
+    stream = await gw.stream(gw.choose("r", None, None), REQUEST, "chat")
+    assert [chunk.text async for chunk in stream] == ["ten tokens of text", ""]
+    await asyncio.sleep(0)
+    series = gw.metrics.per_token.labels("r", "v", "chat")
+    assert sum(b.get() for b in series._buckets) == 0
+
+
+class AllAtOnce(Merging):
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        yield Chunk("ten tokens of text")
+        yield Chunk("", "length", Usage(3, 10))
+
+
 async def test_a_stream_without_usage_is_paced_per_text_chunk() -> None:
     total, count = await pace(usage=False)
     assert count == 1 and total == 2.0 / 2
