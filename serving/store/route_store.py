@@ -157,11 +157,15 @@ class RouteStore:
             if latest is None:
                 raise versions.no_route(route)
             if to_version is None and latest.action in ROLLBACK_ACTIONS:
+                try:
+                    undone = f"return to version {_rollback_target(conn, route, latest)}"
+                except ClientError:
+                    undone = "undo it"
                 raise Conflict(
                     f"route '{route}' is at version {latest.version}, itself a rollback "
-                    f"({latest.reason}, by {latest.author}): rolling back again would return to "
-                    f"version {_rollback_target(conn, route, latest)}; name the version to return "
-                    f"to (to_version, or `turnout routes rollback {route} --to N`)",
+                    f"({latest.reason}, by {latest.author}): rolling back again would {undone}; "
+                    f"name the version to return to (to_version, or `turnout routes rollback "
+                    f"{route} --to N`)",
                     code="already_rolled_back",
                 )
             if to_version is None and latest.version == 1:
@@ -317,14 +321,20 @@ class RouteStore:
 
 def _rollback_target(conn: Connection, route: str, latest: RouteVersion) -> int:
     """The version a plain rollback returns to: the latest before ``latest`` with no canary in
-    progress. A version mid-canary would bring its canary back, which the judge then went on
-    with: a rollback after a canary completed (or during one) was promoted again a second later.
-    With no such version (a route created with its canary), the one before the current."""
+    progress whose spec differs from the current one. A version mid-canary would bring its canary
+    back, which the judge then went on with: a rollback after a canary completed (or during one)
+    was promoted again a second later. One equal to the current would change nothing (after a
+    canary's abort, the stable state before it). With no such version: 400, name one."""
     earlier = [v for v in versions.all_of(conn, route) if v.version < latest.version]
     for version in reversed(earlier):  # newest first
-        if version.spec.canary is None:
+        if version.spec.canary is None and version.spec != latest.spec:
             return version.version
-    return latest.version - 1
+    raise ClientError(
+        f"route '{route}' has no earlier version without a canary in progress that differs from "
+        f"version {latest.version}; name the version to return to (to_version, or "
+        f"`turnout routes rollback {route} --to N`)",
+        code="no_earlier_version",
+    )
 
 
 def _stale(route: str, at_version: int, expected: int) -> Conflict:

@@ -314,6 +314,25 @@ def test_a_plain_rollback_skips_versions_with_a_canary_in_progress(store: RouteS
     assert named.spec == canary_at[1]  # named, a canary version comes back as it was
 
 
+def test_a_plain_rollback_after_a_canary_abort_says_to_name_a_version(store: RouteStore) -> None:
+    """The abort put the stable state back: 'the last version with no canary' is that same spec,
+    and a rollback to it changed nothing (review)."""
+    plan = {
+        "stable": "a",
+        "canary": "b",
+        "steps": [50, 100],
+        "gates": [{"metric": "error_rate", "max": 0.05}],
+    }
+    canary = RouteSpec.model_validate({"targets": [{"variant": "a"}], "canary": plan})
+    store.seed({"chat": ONLY_A})
+    store.put("chat", canary, expected_version=1, author="ana", reason="canary")
+    store.put("chat", ONLY_A, expected_version=2, author="ana", reason="abort canary b")
+    with pytest.raises(ClientError) as refused:
+        store.rollback("chat", to_version=None, expected_version=3, author="bo")
+    assert refused.value.code == "no_earlier_version" and "--to N" in refused.value.message
+    assert store.get("chat").version == 3
+
+
 def test_not_found_errors(store: RouteStore) -> None:
     store.seed({"chat": AB})
     with pytest.raises(NotFound) as missing:
