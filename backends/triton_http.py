@@ -107,7 +107,7 @@ class TritonHttp:
 
     async def infer(self, facts: ModelFacts, inputs: dict[str, Any], request_id: str) -> dict[str, Any]:
         """One request, one response: ``/generate``."""
-        resp = await self._send("POST", self._url(facts.name, "/generate"), orjson.dumps(inputs))
+        resp = await self._send("POST", self._url(facts.name, "/generate"), _body(inputs, request_id))
         try:
             if resp.status >= 300:
                 raise await self._failure(resp)
@@ -128,7 +128,8 @@ class TritonHttp:
         self, facts: ModelFacts, inputs: dict[str, Any], request_id: str
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Every response of a decoupled model, as it arrives: ``/generate_stream``."""
-        resp = await self._send("POST", self._url(facts.name, "/generate_stream"), orjson.dumps(inputs))
+        body = _body(inputs, request_id)
+        resp = await self._send("POST", self._url(facts.name, "/generate_stream"), body)
         try:
             if resp.status >= 300:
                 raise await self._failure(resp)
@@ -169,3 +170,9 @@ async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                 yield b"\n".join(lines)
     if buf.strip().startswith(b"data:"):  # a last event without its blank line
         yield buf.strip()[5:].lstrip(b" ")
+
+
+def _body(inputs: dict[str, Any], request_id: str) -> bytes:
+    """A generate request: the inputs, and the gateway's request id as Triton's own (its log's
+    ``[request id: …]``, as gRPC sends it; the generate extension reads ``id``)."""
+    return orjson.dumps({"id": request_id, **inputs} if request_id else inputs)

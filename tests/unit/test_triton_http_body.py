@@ -1,0 +1,17 @@
+"""The generate request body carries the gateway's request id as Triton's own ``id``.
+
+Over gRPC the id went along; over HTTP generate it did not, and Triton logged every request as
+``[request id: <id_unknown>]`` (QA). The generate extension reads ``id`` (checked against the real
+tritonserver: its log names the request and its answer echoes it)."""
+
+from __future__ import annotations
+
+import orjson
+
+from backends.triton_http import _body
+
+
+def test_the_request_id_goes_as_id_beside_the_inputs() -> None:
+    inputs = {"text_input": "12+34=", "max_tokens": 3}
+    assert orjson.loads(_body(inputs, "req-1")) == {"id": "req-1", "text_input": "12+34=", "max_tokens": 3}
+    assert orjson.loads(_body(inputs, "")) == inputs  # none to give
