@@ -299,6 +299,7 @@ class Gateway:
         status = 200
         last = first
         delivered = 1 if first.text else 0  # text chunks handed on (see the usage below)
+        produced = 1 if _output(first) else 0  # chunks with any output (text, tool calls…): the pace
         answer = StreamedAnswer() if waiting else None  # what the shadows are compared with
         if answer is not None:
             answer.add(first.text, first.extra)
@@ -311,6 +312,7 @@ class Gateway:
                         answer.add(chunk.text, chunk.extra)
                     yield chunk
                     delivered += 1 if chunk.text else 0
+                    produced += 1 if _output(chunk) else 0
         except TurnoutError as exc:
             status = exc.status
             self._breaker_record(variant, not isinstance(exc, BackendError), started[1])
@@ -325,12 +327,13 @@ class Gateway:
             raise
         finally:
             self.metrics.route_in_flight(routed.route.name).dec()
-            # The decode pace the client saw, once per stream that came in more than one text
-            # chunk, over the tokens after the first (as vLLM's time per output token): the usage's
-            # count, as a chunk may carry several (an upstream that merges deltas while its client
-            # lags, as vLLM does); else text chunks. A stream in one chunk has no pace to show.
-            paced = last.usage.completion_tokens if last.usage is not None else delivered
-            if status == 200 and delivered > 1 and paced > 1:
+            # The decode pace the client saw, once per stream whose output (text, tool calls,
+            # reasoning) came in more than one chunk, over the tokens after the first (as vLLM's
+            # time per output token): the usage's count, as a chunk may carry several (an upstream
+            # that merges deltas while its client lags, as vLLM does); else those chunks. A stream
+            # in one chunk has no pace to show.
+            paced = last.usage.completion_tokens if last.usage is not None else produced
+            if status == 200 and produced > 1 and paced > 1:
                 first_at = started[1] + ttft
                 per_token = (self._clock() - first_at) / (paced - 1)
                 _after_this_turn(
@@ -429,6 +432,11 @@ class Gateway:
 # The message a prompt's call is cancelled with when another prompt of the same /v1/completions
 # request failed: the client did not leave (no 499), the request's own failure is what counts.
 SIBLING_FAILED = "another prompt of this request failed"
+
+
+def _output(chunk: Chunk) -> bool:
+    """Whether ``chunk`` carries output for the client (text, a tool call's delta, logprobs)."""
+    return bool(chunk.text or chunk.extra or chunk.logprobs)
 
 
 def _after_this_turn(record: Callable[..., None], *args: object) -> None:

@@ -202,7 +202,7 @@ class GatewayMetrics:
         self.per_token = Histogram(
             "turnout_time_per_output_token_seconds",
             "A finished stream's time per output token after its first, as its client read them: "
-            "(last - first) / (tokens - 1), tokens from its usage (its text chunks if it had none)",
+            "(last - first) / (tokens - 1), tokens from its usage (else its output chunks)",
             labels,
             buckets=_PER_TOKEN_BUCKETS,
             registry=self.registry,

@@ -78,6 +78,29 @@ async def test_a_stream_in_one_text_chunk_has_no_pace() -> None:
     assert sum(b.get() for b in series._buckets) == 0
 
 
+async def test_a_stream_of_tool_call_deltas_is_paced_too() -> None:
+    """No text at all, ten deltas: it has a pace (counting text chunks alone left it out)."""
+    now = [100.0]
+    upstream = {"kind": "openai_http", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    config = GatewayConfig.model_validate(
+        {"variants": {"v": upstream}, "routes": {"r": {"targets": [{"variant": "v"}]}}}
+    )
+    gw = Gateway(config, {"v": ToolCalls(now, usage=True)}, GatewayMetrics(), clock=lambda: now[0])
+    stream = await gw.stream(gw.choose("r", None, None), REQUEST, "chat")
+    assert len([chunk async for chunk in stream]) == 10
+    await asyncio.sleep(0)
+    series = gw.metrics.per_token.labels("r", "v", "chat")
+    assert sum(b.get() for b in series._buckets) == 1 and series._sum.get() == 9.0 / 9
+
+
+class ToolCalls(Merging):
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        for index in range(9):
+            yield Chunk(extra={"tool_calls": [{"index": 0, "function": {"arguments": str(index)}}]})
+            self.now[0] += 1.0
+        yield Chunk("", "tool_calls", Usage(3, 10), extra={"tool_calls": [{"index": 0}]})
+
+
 class AllAtOnce(Merging):
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         yield Chunk("ten tokens of text")
