@@ -43,54 +43,37 @@ class Merging:
         yield Chunk("six seven eight nine ten", "length", Usage(3, 10) if self.usage else None)
 
 
-async def pace(usage: bool) -> tuple[float, float]:
+async def pace(kind: type[Merging], usage: bool = True) -> tuple[list[Chunk], float, float]:
+    """The chunks a stream from ``kind`` handed on, and the pace metric's sum and count after it."""
     now = [100.0]
     upstream = {"kind": "openai_http", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
     config = GatewayConfig.model_validate(
         {"variants": {"v": upstream}, "routes": {"r": {"targets": [{"variant": "v"}]}}}
     )
-    gw = Gateway(config, {"v": Merging(now, usage)}, GatewayMetrics(), clock=lambda: now[0])
+    gw = Gateway(config, {"v": kind(now, usage)}, GatewayMetrics(), clock=lambda: now[0])
     stream = await gw.stream(gw.choose("r", None, None), REQUEST, "chat")
-    texts = [chunk.text async for chunk in stream]
-    assert "".join(texts) == "one two three four five six seven eight nine ten"
+    chunks = [chunk async for chunk in stream]
     series = gw.metrics.per_token.labels("r", "v", "chat")
     await asyncio.sleep(0)  # the observation is made after the last chunk is handed on
-    return series._sum.get(), sum(b.get() for b in series._buckets)
+    return chunks, series._sum.get(), sum(b.get() for b in series._buckets)
 
 
 async def test_a_stream_with_usage_is_paced_per_token_after_the_first() -> None:
-    total, count = await pace(usage=True)
+    chunks, total, count = await pace(Merging)
+    assert "".join(c.text for c in chunks) == "one two three four five six seven eight nine ten"
     assert count == 1 and total == 2.0 / 9  # two seconds over the nine tokens after the first
 
 
 async def test_a_stream_in_one_text_chunk_has_no_pace() -> None:
     """A Triton model that is not decoupled answers all its text at once: no 0 s/token sample."""
-    now = [100.0]
-    upstream = {"kind": "openai_http", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
-    config = GatewayConfig.model_validate(
-        {"variants": {"v": upstream}, "routes": {"r": {"targets": [{"variant": "v"}]}}}
-    )
-    gw = Gateway(config, {"v": AllAtOnce(now, usage=True)}, GatewayMetrics(), clock=lambda: now[0])
-    stream = await gw.stream(gw.choose("r", None, None), REQUEST, "chat")
-    assert [chunk.text async for chunk in stream] == ["ten tokens of text", ""]
-    await asyncio.sleep(0)
-    series = gw.metrics.per_token.labels("r", "v", "chat")
-    assert sum(b.get() for b in series._buckets) == 0
+    chunks, _, count = await pace(AllAtOnce)
+    assert [c.text for c in chunks] == ["ten tokens of text", ""] and count == 0
 
 
 async def test_a_stream_of_tool_call_deltas_is_paced_too() -> None:
     """No text at all, ten deltas: it has a pace (counting text chunks alone left it out)."""
-    now = [100.0]
-    upstream = {"kind": "openai_http", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
-    config = GatewayConfig.model_validate(
-        {"variants": {"v": upstream}, "routes": {"r": {"targets": [{"variant": "v"}]}}}
-    )
-    gw = Gateway(config, {"v": ToolCalls(now, usage=True)}, GatewayMetrics(), clock=lambda: now[0])
-    stream = await gw.stream(gw.choose("r", None, None), REQUEST, "chat")
-    assert len([chunk async for chunk in stream]) == 10
-    await asyncio.sleep(0)
-    series = gw.metrics.per_token.labels("r", "v", "chat")
-    assert sum(b.get() for b in series._buckets) == 1 and series._sum.get() == 9.0 / 9
+    chunks, total, count = await pace(ToolCalls)
+    assert len(chunks) == 10 and count == 1 and total == 9.0 / 9
 
 
 class ToolCalls(Merging):
@@ -108,5 +91,5 @@ class AllAtOnce(Merging):
 
 
 async def test_a_stream_without_usage_is_paced_per_text_chunk() -> None:
-    total, count = await pace(usage=False)
-    assert count == 1 and total == 2.0 / 2
+    chunks, total, count = await pace(Merging, usage=False)
+    assert len(chunks) == 3 and count == 1 and total == 2.0 / 2
