@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from types import UnionType
+from typing import Annotated, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -33,13 +34,25 @@ class _SpecModel(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
-        if isinstance(value, bool) and info.field_name is not None:
-            kinds = get_args(cls.model_fields[info.field_name].annotation) or (
-                cls.model_fields[info.field_name].annotation,
-            )
-            if bool not in kinds and (int in kinds or float in kinds):
-                raise ValueError(f"must be a number, not {str(value).lower()}")
+        if info.field_name is None:
+            return value
+        kinds = _types_in(cls.model_fields[info.field_name].annotation)
+        if bool in kinds or not kinds & {int, float}:
+            return value
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(item, bool) for item in items):
+            raise ValueError("must be a number, not true or false")
         return value
+
+
+def _types_in(annotation: object) -> set[object]:
+    """The plain types an annotation admits, through Annotated, unions and lists."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _types_in(get_args(annotation)[0])
+    if origin in (Union, UnionType, list, tuple):
+        return set().union(*(_types_in(arg) for arg in get_args(annotation) if arg is not Ellipsis))
+    return {annotation}
 
 
 class WeightedTarget(_SpecModel):

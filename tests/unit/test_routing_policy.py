@@ -139,6 +139,14 @@ def test_a_number_in_a_route_is_never_true_or_false(field: str) -> None:
         RouteSpec.model_validate(spec)
 
 
+def test_true_is_no_number_in_optional_fields_and_lists_either() -> None:
+    """A gate's max of true was a bound of 1.0 (100% errors): a gate that never breaks (review)."""
+    plan = {"stable": "a", "canary": "b", "gates": [{"metric": "error_rate", "max": 0.05}]}
+    for changed in ({"steps": [True, 50, 100]}, {"gates": [{"metric": "error_rate", "max": True}]}):
+        with pytest.raises(ValidationError, match="must be a number, not true or false"):
+            RouteSpec.model_validate({"targets": [{"variant": "a"}], "canary": {**plan, **changed}})
+
+
 def test_numbers_written_as_strings_still_read_as_numbers() -> None:
     """PyYAML reads 1e-3 as a string: a config file's gate written so must keep loading."""
     gate = {"metric": "error_rate", "max": "1e-3"}
