@@ -107,7 +107,7 @@ class TritonHttp:
 
     async def infer(self, facts: ModelFacts, inputs: dict[str, Any], request_id: str) -> dict[str, Any]:
         """One request, one response: ``/generate``."""
-        resp = await self._send("POST", self._url(facts.name, "/generate"), _body(inputs, request_id))
+        resp = await self._send("POST", self._url(facts.name, "/generate"), _body(facts, inputs, request_id))
         try:
             if resp.status >= 300:
                 raise await self._failure(resp)
@@ -128,7 +128,7 @@ class TritonHttp:
         self, facts: ModelFacts, inputs: dict[str, Any], request_id: str
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Every response of a decoupled model, as it arrives: ``/generate_stream``."""
-        body = _body(inputs, request_id)
+        body = _body(facts, inputs, request_id)
         resp = await self._send("POST", self._url(facts.name, "/generate_stream"), body)
         try:
             if resp.status >= 300:
@@ -172,7 +172,10 @@ async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield buf.strip()[5:].lstrip(b" ")
 
 
-def _body(inputs: dict[str, Any], request_id: str) -> bytes:
+def _body(facts: ModelFacts, inputs: dict[str, Any], request_id: str) -> bytes:
     """A generate request: the inputs, and the gateway's request id as Triton's own (its log's
-    ``[request id: …]``, as gRPC sends it; the generate extension reads ``id``)."""
-    return orjson.dumps({"id": request_id, **inputs} if request_id else inputs)
+    ``[request id: …]``, as gRPC sends it; the generate extension reads ``id``), unless the model
+    has an input of that name, which Triton would also read it as."""
+    if not request_id or "id" in facts.inputs:
+        return orjson.dumps(inputs)
+    return orjson.dumps({"id": request_id, **inputs})
