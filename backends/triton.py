@@ -14,7 +14,6 @@ batch dimension and the inputs it declares (only those are sent). Streamed reque
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, Protocol
@@ -22,8 +21,9 @@ from typing import Any, Protocol
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
 from backends.chat_template import ChatTemplate
 from backends.settings import TritonSettings
+from backends.triton_configs import ModelConfigs
 from backends.triton_tensors import ModelFacts, RequestPlan, ResponseReader, plan_request
-from serving.errors import BackendError, ClientError, ConfigError, TurnoutError
+from serving.errors import BackendError, ClientError, ConfigError
 
 
 class Transport(Protocol):
@@ -78,8 +78,7 @@ class TritonBackend:
             from backends.triton_http import TritonHttp
 
             self._transport = TritonHttp(name, settings)
-        self._facts: dict[str, ModelFacts] = {}
-        self._facts_lock = asyncio.Lock()
+        self._configs = ModelConfigs(name, self._transport.model_config)
 
     async def start(self) -> None:
         await self._transport.start()
@@ -122,19 +121,7 @@ class TritonBackend:
 
     async def facts(self, model: str) -> ModelFacts:
         """The model's config, read on first use (and again after a failed read)."""
-        found = self._facts.get(model)
-        if found is not None:
-            return found
-        async with self._facts_lock:
-            found = self._facts.get(model)
-            if found is None:
-                config = await self._transport.model_config(model)
-                try:
-                    found = ModelFacts.from_config(model, config)
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise BackendError(f"Triton variant {self.name}: malformed config of {model}") from exc
-                self._facts[model] = found
-        return found
+        return await self._configs.facts(model)
 
     async def _responses(
         self, facts: ModelFacts, inputs: dict[str, Any], request_id: str
@@ -145,16 +132,6 @@ class TritonBackend:
                     yield outputs
         else:
             yield await self._transport.infer(facts, inputs, request_id)
-
-    async def _config_changed(self, model: str) -> bool:
-        """After Triton refused a request: read the model's config again; whether it changed. A
-        restarted Triton may serve the model with another config (batch dimension, decoupled),
-        and inputs shaped for the old one are refused until the config is read again."""
-        before = self._facts.pop(model, None)
-        try:
-            return await self.facts(model) != before
-        except TurnoutError:
-            return False  # unreadable now: the next request reads it again
 
     def _model(self, stream: bool) -> str:
         if stream and self.settings.stream_model:
@@ -167,7 +144,7 @@ class TritonBackend:
         """The model to ask, its inputs, and the reader of its responses."""
         plan = self.plan(request)  # a 400 for what the tensors cannot say, before any network
         model = self._model(stream)
-        facts = self._facts.get(model) or await self.facts(model)
+        facts = self._configs.cached(model) or await self._configs.facts(model)
         inputs = plan.inputs_for(facts, stream=stream and facts.decoupled)
         echo = plan.echo if facts.inputs and "exclude_input_in_output" not in facts.inputs else ""
         reader = ResponseReader(plan, cumulative=self.settings.stream_text == "cumulative", echo=echo)
@@ -197,24 +174,27 @@ class TritonBackend:
                         yield chunk
                 return
             except ClientError as exc:  # refused before any output: a changed config is read again
-                if sent or attempt == 2 or not await self._refused_for_config(exc, stream=True):
+                if sent or attempt == 2 or not await self._refused_for_config(exc, facts):
                     raise
 
     async def complete(self, request: GenerateRequest) -> Completion:
-        try:
-            return await self._complete(request)
-        except ClientError as exc:
-            if not await self._refused_for_config(exc, stream=False):
-                raise
-            return await self._complete(request)  # once more, shaped for the config read again
-
-    async def _refused_for_config(self, exc: ClientError, *, stream: bool) -> bool:
-        """Whether Triton refused the request (not the gateway's own checks) and the model's
-        config has changed since it was read: then the request is worth sending once more."""
-        return exc.code == "triton_rejected" and await self._config_changed(self._model(stream))
-
-    async def _complete(self, request: GenerateRequest) -> Completion:
         facts, inputs, reader = await self._prepare(request, stream=False)
+        try:
+            return await self._complete(request, facts, inputs, reader)
+        except ClientError as exc:
+            if not await self._refused_for_config(exc, facts):
+                raise
+        facts, inputs, reader = await self._prepare(request, stream=False)  # shaped for the new config
+        return await self._complete(request, facts, inputs, reader)
+
+    async def _refused_for_config(self, exc: ClientError, facts: ModelFacts) -> bool:
+        """Whether Triton refused the request (not the gateway's own checks) and the model's
+        config is another than the one it was shaped by: then it is worth sending once more."""
+        return exc.code == "triton_rejected" and await self._configs.changed_since(facts)
+
+    async def _complete(
+        self, request: GenerateRequest, facts: ModelFacts, inputs: dict[str, Any], reader: ResponseReader
+    ) -> Completion:
         if not facts.decoupled:  # one request, one response: no generators on the hot path
             text = reader.feed(await self._transport.infer(facts, inputs, request.request_id))
             tail, finish, usage = reader.finish()
