@@ -60,6 +60,11 @@ ENGINE = rendered.ENGINE_DEPLOYMENT
 COUNTER = rendered.COUNTER_DEPLOYMENT
 # Ray Serve's default (5 in flight per replica) would starve the engine's batcher and the gateway.
 GATEWAY_MAX_ONGOING = 1024
+# Requests Serve's proxy queues for the gateway replicas beyond those; past it the proxy answers
+# 503 at once. Serve's default (no bound) let ~2,100 stalled uploads, each holding a replica's
+# slot (the server: bounds of `turnout serve` do not reach Serve's own HTTP proxy), queue every
+# later request for good (QA).
+GATEWAY_MAX_QUEUED = 1024
 ENGINE_CPUS = 0.25  # Ray only counts these (placement); ONNX Runtime threads are set per variant
 GATEWAY_CPUS = 0.25  # so 2-4 gateway replicas and a few engines fit on a 2-core machine
 DEFAULT_MIN_ENGINES = 1
@@ -240,6 +245,7 @@ COUNTER_DEPLOYMENT: Any = serve.deployment(
 GATEWAY_DEPLOYMENT: Any = serve.deployment(
     name=GATEWAY,
     max_ongoing_requests=GATEWAY_MAX_ONGOING,
+    max_queued_requests=GATEWAY_MAX_QUEUED,
     ray_actor_options={"num_cpus": GATEWAY_CPUS},
     health_check_period_s=HEALTH_CHECK_S,
 )(serve.ingress()(TurnoutGateway))

@@ -109,3 +109,10 @@ def test_engine_replicas_autoscale_by_default_and_follow_the_spec() -> None:
     assert ray_app.engine_options(scaled, settings)["autoscaling_config"] == {
         "min_replicas": 1, "initial_replicas": 2, "max_replicas": 3, "target_ongoing_requests": 4.0,
     }  # fmt: skip
+
+
+def test_serves_proxy_queues_a_bounded_number_of_requests_for_the_gateway() -> None:
+    """Past the replicas' 1,024 ongoing requests each, Serve's proxy answers 503 rather than
+    queueing without bound (its default): stalled uploads had every later request wait for good."""
+    config = ray_app.GATEWAY_DEPLOYMENT._deployment_config
+    assert (config.max_ongoing_requests, config.max_queued_requests) == (1024, 1024)
