@@ -224,7 +224,8 @@ class GuardedProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             seconds = self.limits.body_timeout_s
             self.logger.debug("Request body idle for %g s: answered 408 and closed.", seconds)
-            self._refused("body_timeout")
+            if self.cycle is None or not self.cycle.response_complete:  # an answered one (a 413 for
+                self._refused("body_timeout")  # its length) was counted as that: closed, not again
             if self.cycle is None or not self.cycle.response_started:
                 self.transport.write(body_timeout_response(seconds))
             self.transport.close()

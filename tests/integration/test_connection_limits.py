@@ -220,6 +220,20 @@ def test_a_request_after_an_early_answered_one_is_not_cut_by_its_keep_alive(gate
     assert answer.startswith(b"HTTP/1.1 200 ") and b"data: [DONE]" in answer, answer[-300:]
 
 
+def test_a_body_refused_for_its_length_and_never_sent_is_not_counted_twice(gateway: Launched) -> None:
+    """The 413 is counted as that; the connection then closed by the body bound was also counted
+    as a body_timeout refusal (QA: one request, two counts)."""
+    refused = _refusals(gateway, "body_timeout")
+    with _connect(gateway) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: 10485760\r\n\r\n" + b"x" * 100
+        )
+        assert _read_answer(sock).startswith(b"HTTP/1.1 413 ")
+        assert _read_all(sock) == b""  # closed once the body stopped coming
+    assert _refusals(gateway, "body_timeout") == refused
+
+
 def test_a_slow_but_steady_body_is_never_cut(gateway: Launched) -> None:
     """The body bound is the wait between reads (nginx's), not a deadline for the whole body."""
     payload = orjson.dumps({"model": "chat", "messages": [{"role": "user", "content": "x" * 3000}]})
