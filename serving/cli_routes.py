@@ -28,6 +28,7 @@ from serving.cli_routes_pure import (
     load_spec_file,
     parse_steps,
     parse_weights,
+    promote_canary,
     remove_shadow,
     require_a_gate,
     routes_table,
@@ -155,10 +156,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     change.add_argument("--remove", metavar="VARIANT")
     shadow.add_argument("--rate", type=float, default=0.1, help="sampled share of requests (default 0.1)")
     shadow.add_argument("--timeout", type=float, default=30.0, help="shadow call timeout, s (default 30)")
-    canary = command("canary", "start a canary with SLO gates, or abort the running one")
+    canary = command("canary", "start a canary with SLO gates, or abort or promote the running one")
     which = canary.add_mutually_exclusive_group(required=True)
     which.add_argument("--canary", metavar="VARIANT", help="the variant to move traffic to")
     which.add_argument("--abort", action="store_true", help="back to the stable variant alone")
+    which.add_argument(
+        "--promote", action="store_true", help="skip the remaining steps: the canary variant alone"
+    )
     canary.add_argument("--steps", default="5,25,50,100", help="canary percentages (default 5,25,50,100)")
     canary.add_argument("--min-requests", type=int, default=100, help="requests per step (default 100)")
     canary.add_argument("--min-duration", type=float, default=60.0, help="seconds per step (default 60)")
@@ -259,10 +263,13 @@ def _shadow(client: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _canary(client: AdminClient, args: argparse.Namespace) -> int:
-    if args.abort:
+    if args.abort or args.promote:
         spec, version = _current(client, args.name)
-        edited, canary = abort_canary(spec)
-        return _put(client, args, edited, version, f"abort canary {canary}")
+        if args.abort:
+            edited, canary = abort_canary(spec)
+            return _put(client, args, edited, version, f"abort canary {canary}")
+        edited, canary = promote_canary(spec)
+        return _put(client, args, edited, version, f"promote canary {canary} (remaining steps skipped)")
     steps = parse_steps(args.steps)
     gates = slo_gates(
         max_error_rate=args.max_error_rate,

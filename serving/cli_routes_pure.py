@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from serving.routing.canary import Verdict, apply
 from serving.routing.spec import (
     CanaryPlan,
     EvalGate,
@@ -249,6 +250,18 @@ def abort_canary(spec: RouteSpec) -> tuple[RouteSpec, str]:
         raise EditError("no canary is running on this route")
     stable = spec.canary.stable
     return _rebuild(spec, targets=[WeightedTarget(variant=stable)], canary=None), spec.canary.canary
+
+
+def promote_canary(spec: RouteSpec) -> tuple[RouteSpec, str]:
+    """The running canary promoted at once, its remaining steps skipped (Argo Rollouts'
+    ``promote --full``): the canary variant alone, as the judge leaves it after the last step."""
+    if spec.canary is None:
+        raise EditError("no canary is running on this route")
+    plan = spec.canary
+    at_last_step = spec.model_copy(update={"canary": plan.model_copy(update={"step": len(plan.steps) - 1})})
+    promoted = apply(at_last_step, Verdict("promote", "promoted by hand"))
+    assert promoted is not None  # a promotion is never a hold
+    return promoted[0], plan.canary
 
 
 def _percent(value: float) -> str:

@@ -88,6 +88,12 @@ def test_operator_walkthrough(gateway: Launched) -> None:
     aborted = routes(gateway, "canary", "chat", "--abort")
     assert aborted.returncode == 0, aborted.stderr
     assert _current(gateway)["spec"]["canary"] is None  # type: ignore[index]
+    assert routes(gateway, "canary", "chat", "--canary", "b", "--max-error-rate", "0.05").returncode == 0
+    promoted = routes(gateway, "canary", "chat", "--promote")
+    assert promoted.returncode == 0, promoted.stderr
+    current = _current(gateway)
+    assert current["spec"]["canary"] is None and current["spec"]["targets"][0]["variant"] == "b"  # type: ignore[index]
+    assert current["reason"] == "promote canary b (remaining steps skipped)"
 
     history = routes(gateway, "history", "chat")
     assert history.returncode == 0 and "try b on 30%" in history.stdout

@@ -24,6 +24,7 @@ from serving.cli_routes_pure import (
     load_spec_file,
     parse_steps,
     parse_weights,
+    promote_canary,
     remove_shadow,
     render_table,
     routes_table,
@@ -367,6 +368,23 @@ def test_canary_start_and_abort_flow() -> None:
     assert started.canary is not None and started.canary.stable == "a" and started.canary.steps == [10, 100]
     assert turnout_routes(fake, "canary", "chat", "--abort") == 0
     assert fake.routes["chat"][-1] == spec_of(targets=[{"variant": "a"}])
+
+
+def test_canary_promoted_by_hand_skips_its_remaining_steps() -> None:
+    """Argo's promote --full: the canary alone at once, as the judge leaves it after its last
+    step (there was only abort)."""
+    shadowed = spec_of(targets=[{"variant": "a"}], shadows=[{"variant": "c", "sample_rate": 0.5}])
+    fake = FakeAdmin({"chat": [shadowed]})
+    start = ("canary", "chat", "--canary", "c", "--steps", "10,50,100", "--max-error-rate", "0.1")
+    assert turnout_routes(fake, *start) == 2  # c is a shadow: remove it first
+    fake = FakeAdmin({"chat": [spec_of(targets=[{"variant": "a"}], fallbacks=["c"])]})
+    assert turnout_routes(fake, *start) == 0
+    assert turnout_routes(fake, "canary", "chat", "--promote") == 0
+    promoted = fake.routes["chat"][-1]
+    assert promoted.canary is None and promoted.targets == [WeightedTarget(variant="c")]
+    assert promoted.fallbacks == []  # as the judge does: no fallback equal to the sole target
+    with pytest.raises(EditError, match="no canary"):
+        promote_canary(promoted)
 
 
 def test_diff_and_unknown_route(capsys: pytest.CaptureFixture[str]) -> None:
