@@ -49,6 +49,7 @@ from serving.metrics_merge import merge_pages
 from serving.observations import Key, SharedObservationLog, Tagged
 from serving.ratelimit_shared import Limiter, SharedLimiter
 from serving.ray_deployments import HandleCounter, TurnoutEngine, TurnoutRateCounter
+from serving.ray_drain import POLL_S, DrainGate
 from serving.routing.canary import WindowStats
 from serving.routing.spec import RouteSpec, WeightedTarget
 from serving.spec_variants import SpecVariant, variant_settings
@@ -135,6 +136,8 @@ class TurnoutGateway:
         self.replica = "local"  # Serve's id of this replica, once the app is built
         self._metrics: GatewayMetrics | None = None
         self._publishing: asyncio.Task[None] | None = None
+        self._gate: DrainGate | None = None
+        self._watching: asyncio.Task[None] | None = None
 
     def _limiter(self, metrics: GatewayMetrics) -> Limiter:
         # The deployment's own replica count (an edited serve config included) divides the
@@ -163,6 +166,25 @@ class TurnoutGateway:
         await asyncio.gather(*(ping(name, handle) for name, handle in targets.items()))
         if self._publishing is None:
             self._publishing = asyncio.get_running_loop().create_task(self._publish_pages())
+        if self._watching is None:
+            self._watching = asyncio.get_running_loop().create_task(self._watch_for_drain())
+
+    async def _watch_for_drain(self) -> None:
+        """Report what is in flight and learn whether the application is draining (ray_drain)."""
+        gate = self._gate
+        assert gate is not None  # built before the replica warms up
+        while True:
+            await asyncio.sleep(POLL_S)
+            try:
+                elapsed = await asyncio.wait_for(
+                    self.counter.drain_state.remote(self.replica, gate.in_flight(), gate.draining),
+                    PAGE_TIMEOUT_S,
+                )
+            except Exception as exc:  # the counter restarting: ask again
+                log.debug("drain state not read: %s", exc)
+                continue
+            if elapsed is not None:
+                gate.drain(float(elapsed))
 
     def _own_page(self) -> str:
         assert self._metrics is not None  # set when the app was built
@@ -223,7 +245,8 @@ class TurnoutGateway:
         state = app.state.turnout
         self._metrics = state.metrics
         state.metrics_page = self._merged_page  # a scrape answers for every gateway replica
-        return _ReplicaEdge(app, replica, self._warm)
+        self._gate = DrainGate(app)
+        return _ReplicaEdge(self._gate, replica, self._warm)
 
 
 # The deployments (decorated here, not on the classes, so the classes stay plain and typed).

@@ -45,6 +45,25 @@ def _wait_until_ready(host: str, port: int, stop: threading.Event) -> bool:
     return stop.is_set()
 
 
+def _drain_gateway_replicas(ray_serve: Any, replicas: int) -> None:
+    """Ask every gateway replica to drain and wait, at most ``DRAIN_S``, until each refuses new
+    requests and has nothing in flight (what is left after ``ray_drain.CANCEL_AFTER_S`` the
+    replicas end themselves). A counter that cannot be reached: delete the application anyway."""
+    from serving.ray_app import COUNTER
+
+    try:
+        counter = ray_serve.get_deployment_handle(COUNTER, app_name="turnout")
+        counter.drain.remote().result(timeout_s=5)
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline:
+            heard, in_flight = counter.drained.remote().result(timeout_s=5)
+            if heard >= replicas and in_flight == 0:
+                return
+            time.sleep(0.25)
+    except Exception as exc:  # the counter gone or stuck: Serve's own drain is what is left
+        print(f"turnout: gateway replicas not drained ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+
 def serve(args: argparse.Namespace) -> int:
     try:
         import ray
@@ -127,9 +146,12 @@ def serve(args: argparse.Namespace) -> int:
         served = running.is_set()
         running.set()  # a second Ctrl-C or SIGTERM no longer interrupts the shutdown below
         if served:
-            # Drain first, as uvicorn does alone: deleting the application stops routing to it
-            # and lets each replica finish what it has in flight (Serve's graceful shutdown);
-            # ray_serve.shutdown() alone killed the proxy with requests still on it.
+            # Drain first, as uvicorn does alone: the gateway replicas refuse new requests and
+            # end what is still running (serving.ray_drain); deleting the application then stops
+            # routing to it (Serve's graceful shutdown). Deleted at once, it cut what was in
+            # flight and answered the rest with Serve's 404; ray_serve.shutdown() alone killed
+            # the proxy with requests still on it.
+            _drain_gateway_replicas(ray_serve, replicas)
             draining = threading.Thread(target=ray_serve.delete, args=("turnout",), daemon=True)
             draining.start()
             draining.join(DRAIN_S)

@@ -158,9 +158,30 @@ class TurnoutRateCounter:
         self._engines: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
         self.samples = SampleKeeper(clock)  # the canary judges' (serving.observations)
         self._pages: dict[str, tuple[float, str]] = {}  # gateway replica → (when, its /metrics page)
+        self._drain_began: float | None = None  # when `turnout serve --ray` asked to drain
+        self._draining: dict[str, int] = {}  # gateway replica → requests in flight, since the drain
 
     async def ping(self) -> bool:
         return True
+
+    async def drain(self) -> None:
+        """The application is going away: gateway replicas refuse new requests from now on
+        (``serving.ray_drain``)."""
+        if self._drain_began is None:
+            self._drain_began = self._clock()
+
+    async def drain_state(self, replica: str, in_flight: int, draining: bool) -> float | None:
+        """A gateway replica's requests in flight in (counted once it refuses new ones: then
+        the count can only fall); seconds since the drain began out (None: no drain)."""
+        if self._drain_began is None:
+            return None
+        if draining:
+            self._draining[replica] = in_flight
+        return float(self._clock() - self._drain_began)
+
+    async def drained(self) -> tuple[int, int]:
+        """Gateway replicas heard from since the drain began, and their requests in flight."""
+        return len(self._draining), sum(self._draining.values())
 
     async def report(self, variant: str, replica: str, figures: dict[str, Any]) -> None:
         """An engine replica's latest figures (``TurnoutEngine.figures``)."""

@@ -453,27 +453,46 @@ def test_killing_a_gateway_replica_loses_no_request_it_had_not_taken(cluster: Cl
 
 
 def test_shutdown_drains_what_is_in_flight_and_leaves_no_ray_process(cluster: Cluster) -> None:
-    """SIGTERM lets a stream in flight finish (it used to be cut: Serve's proxy was killed at once)."""
+    """SIGTERM lets a stream in flight finish (it used to be cut: Serve's proxy was killed at once);
+    what is still running at the drain's deadline ends as `turnout serve` ends it (a 503
+    shutting_down, or an error event and [DONE]), and requests sent while it drains get that 503,
+    not Serve's text/plain 404 for a deleted application (QA: both were cut or 404s)."""
     cluster.disconnect()
     started = cluster.processes()
     assert any(p.name() in ("raylet", "gcs_server") for p in started), [p.name() for p in started]
-    ended: list[str] = []
+    ended: dict[str, tuple[int, str]] = {}
 
-    def slow_stream() -> None:
-        body = {"model": "chat", "messages": [{"role": "user", "content": "x"}], "stream": True,
-                "x_fault": "slow_chunks=300"}  # fmt: skip
+    def ask(name: str, fault: str, stream: bool) -> None:
+        body = {"model": "chat", "messages": [{"role": "user", "content": "x"}], "stream": stream,
+                "x_fault": fault}  # fmt: skip
         try:
-            with httpx.stream("POST", f"{cluster.url}/v1/chat/completions", json=body, timeout=30) as reply:
-                ended.append(reply.read().decode().rstrip().rsplit("\n", 1)[-1])
+            with httpx.stream("POST", f"{cluster.url}/v1/chat/completions", json=body, timeout=60) as reply:
+                ended[name] = (reply.status_code, reply.read().decode())
         except httpx.HTTPError as exc:
-            ended.append(repr(exc))
+            ended[name] = (0, repr(exc))
 
-    streaming = threading.Thread(target=slow_stream)
-    streaming.start()
-    time.sleep(1.0)  # the stream is under way
+    askers = [
+        threading.Thread(target=ask, args=("finishes", "slow_chunks=300", True)),  # ~2.4 s
+        threading.Thread(target=ask, args=("long stream", "slow_chunks=2500", True)),  # ~20 s
+        threading.Thread(target=ask, args=("long wait", "latency=25000", False)),
+    ]
+    for asker in askers:
+        asker.start()
+    time.sleep(1.0)  # all under way
     os.kill(cluster.pid, signal.SIGTERM)
-    streaming.join(60)
-    assert ended == ["data: [DONE]"]
+    time.sleep(2.0)  # draining
+    late = httpx.post(
+        f"{cluster.url}/v1/chat/completions", json={"model": "chat", "messages": []}, timeout=10
+    )
+    for asker in askers:
+        asker.join(60)
+    assert late.status_code == 503 and late.json()["error"]["code"] == "shutting_down", late.text
+    assert ended["finishes"][0] == 200 and ended["finishes"][1].rstrip().endswith("data: [DONE]")
+    status, text = ended["long stream"]
+    events = [line for line in text.splitlines() if line.startswith("data: ")]
+    assert status == 200 and events[-1] == "data: [DONE]" and "shutting_down" in events[-2], text[-300:]
+    status, text = ended["long wait"]
+    assert status == 503 and '"shutting_down"' in text, text
     _, alive = psutil.wait_procs(started, timeout=40)
     assert alive == [], [(p.pid, p.name()) for p in alive]
     leftover = [p.info for p in psutil.process_iter(["pid", "cmdline"])
