@@ -20,6 +20,19 @@ import orjson
 
 from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage, merge_extra
 from backends.logprobs import merge_logprobs
+from backends.openai_answer import (
+    CHOICE_FIELDS,
+    RESPONSE_FIELDS,
+    STREAM_CHOICE_FIELDS,
+    CarriedFields,
+    bare,
+    event_data,
+    message_extra,
+    other_fields,
+    stop_reason_of,
+    text_of,
+    usage_of,
+)
 from backends.settings import OpenAIHttpSettings, TimeoutSettings
 from backends.upstream_pool import (
     ConnectFailed,
@@ -221,40 +234,6 @@ def transport_error(name: str, exc: Exception) -> TurnoutError:
     return BackendError(f"upstream {name} sent a malformed answer: {type(exc).__name__}: {exc}")
 
 
-_MESSAGE_FIELDS = frozenset({"role", "content"})
-
-
-def message_extra(message: Any) -> dict[str, Any] | None:
-    """A chat message's (or delta's) fields beyond role and content that carry something:
-    ``tool_calls``, ``refusal``, ``reasoning_content``… (vLLM sends the unused ones as null)."""
-    if not isinstance(message, dict):
-        return None
-    extra = {k: v for k, v in message.items() if k not in _MESSAGE_FIELDS and v is not None and v != []}
-    return extra or None
-
-
-_COUNTS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
-# What the gateway writes itself; anything else an upstream set is passed on (``_others``).
-_CHOICE_FIELDS = frozenset({"index", "text", "message", "logprobs", "finish_reason", "stop_reason"})
-_STREAM_CHOICE_FIELDS = _CHOICE_FIELDS | {"delta"}
-_RESPONSE_FIELDS = frozenset({"id", "object", "created", "model", "choices", "usage"})
-
-
-def _others(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any] | None:
-    """``data``'s fields beyond ``known`` that carry something (vLLM sends unused ones as null)."""
-    found = {k: v for k, v in data.items() if k not in known and v is not None}
-    return found or None
-
-
-def _usage(data: Any) -> Usage | None:
-    if not isinstance(data, dict):
-        return None
-    details = {k: v for k, v in data.items() if k not in _COUNTS and v is not None}
-    return Usage(
-        int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), details or None
-    )
-
-
 # One SSE event's bytes held while waiting for its end: a token's event with 20 top logprobs is
 # a few KB; an upstream past this is not streaming SSE (memory would grow with it otherwise).
 MAX_SSE_EVENT_BYTES = 4 * 1024 * 1024
@@ -359,13 +338,14 @@ class OpenAIHttpBackend:
             data = orjson.loads(content)
             choice = data["choices"][0]
             chat = request.kind == "chat"
-            text = _text(choice["message"].get("content") if chat else choice["text"])
-            usage = _usage(data.get("usage")) or Usage()
+            text = text_of(choice["message"].get("content") if chat else choice["text"])
+            usage = usage_of(data.get("usage")) or Usage()
             finish = choice.get("finish_reason") or "stop"
             extra = message_extra(choice["message"]) if chat else None
             return Completion(
-                text, finish, usage, choice.get("logprobs"), extra, _stop_reason(choice),
-                choice_extra=_others(choice, _CHOICE_FIELDS), response_extra=_others(data, _RESPONSE_FIELDS),
+                text, finish, usage, choice.get("logprobs"), extra, stop_reason_of(choice),
+                choice_extra=other_fields(choice, CHOICE_FIELDS),
+                response_extra=other_fields(data, RESPONSE_FIELDS),
             )  # fmt: skip
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
@@ -385,7 +365,7 @@ class OpenAIHttpBackend:
     async def _events(self, body: AsyncIterator[bytes], chat: bool) -> AsyncIterator[Chunk]:
         """Parse SSE from the raw byte stream; hold the finish chunk back to fold usage into it."""
         buf = b""
-        carried = _CarriedFields()
+        carried = CarriedFields()
         last: Chunk | None = None  # the chunk that carried finish_reason, not yet yielded
         running: Usage | None = None  # an upstream that reports usage on every chunk: the latest
         async for raw in body:
@@ -397,7 +377,7 @@ class OpenAIHttpBackend:
                 if end < 0:
                     break
                 event, buf = buf[:end], buf[end + 2 :]
-                data = _event_data(event)
+                data = event_data(event)
                 if data is None:
                     continue
                 if data == b"[DONE]":
@@ -423,7 +403,7 @@ class OpenAIHttpBackend:
                 elif chunk.finish_reason is not None:
                     last = carried.onto(chunk)
                     last.usage = last.usage or running
-                elif _bare(chunk):  # usage alone before the finish (continuous stats): the latest
+                elif bare(chunk):  # usage alone before the finish (continuous stats): the latest
                     running = chunk.usage or running
                     # Fields alone (a role event's prompt_token_ids, Azure's prompt_filter_results)
                     # go with the next chunk: yielded, they were the stream's first token (its
@@ -452,19 +432,19 @@ class OpenAIHttpBackend:
             if obj.get("error"):
                 message, _, _, _ = _error_fields(data)
                 raise BackendError(f"upstream {self.name} failed mid-stream: {message or 'error event'}")
-            usage = _usage(obj.get("usage"))
-            response_extra = _others(obj, _RESPONSE_FIELDS)
+            usage = usage_of(obj.get("usage"))
+            response_extra = other_fields(obj, RESPONSE_FIELDS)
             choices = obj.get("choices")
             if not choices:
                 if usage is None and response_extra is None:
                     return None
                 return Chunk(usage=usage, response_extra=response_extra)
             choice = choices[0]
-            text = _text(choice["delta"].get("content") if chat else choice.get("text"))
+            text = text_of(choice["delta"].get("content") if chat else choice.get("text"))
             finish = choice.get("finish_reason")
             logprobs = choice.get("logprobs")  # passed on as the upstream shaped it
             extra = message_extra(choice["delta"]) if chat else None
-            choice_extra = _others(choice, _STREAM_CHOICE_FIELDS)
+            choice_extra = other_fields(choice, STREAM_CHOICE_FIELDS)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
         if (
@@ -477,60 +457,6 @@ class OpenAIHttpBackend:
         ):
             return None  # role-only or empty delta: nothing to pass on
         logprobs = logprobs if isinstance(logprobs, dict) else None
-        return Chunk(text, finish, usage, logprobs, extra, _stop_reason(choice), choice_extra, response_extra)
-
-
-def _bare(chunk: Chunk) -> bool:
-    """A chunk with no text, delta fields or logprobs: its usage (the stream's last, usually) and
-    an upstream's own fields are all it holds."""
-    return not chunk.text and chunk.extra is None and chunk.logprobs is None
-
-
-class _CarriedFields:
-    """An upstream's own fields from chunks with nothing else, kept for the next chunk passed on."""
-
-    __slots__ = ("answer", "choice")
-
-    def __init__(self) -> None:
-        self.choice: dict[str, Any] | None = None
-        self.answer: dict[str, Any] | None = None
-
-    def add(self, chunk: Chunk) -> None:
-        self.choice = merge_extra(self.choice, chunk.choice_extra)
-        self.answer = merge_extra(self.answer, chunk.response_extra)
-
-    def onto(self, chunk: Chunk) -> Chunk:
-        """``chunk`` with the kept fields first (its own after them); nothing is kept after."""
-        chunk.choice_extra = merge_extra(self.choice, chunk.choice_extra)
-        chunk.response_extra = merge_extra(self.answer, chunk.response_extra)
-        self.choice = self.answer = None
-        return chunk
-
-
-def _text(content: Any) -> str:
-    """A choice's text: a string, null, or a list of content parts (which some OpenAI-compatible
-    servers send), whose ``text`` parts are joined (other kinds, e.g. a reasoning part, are not
-    the answer's text); anything else is a malformed answer (a 502)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(part, dict) for part in content):
-        texts = [part.get("text") for part in content if part.get("type", "text") == "text"]
-        if all(isinstance(text, str) for text in texts):
-            return "".join(texts)
-    raise TypeError(f"the answer's content is a {type(content).__name__}, not text")
-
-
-def _stop_reason(choice: dict[str, Any]) -> str | int | None:
-    """vLLM's ``stop_reason`` of a choice: the stop string or stop token id that ended it."""
-    reason = choice.get("stop_reason")
-    return reason if isinstance(reason, str | int) and not isinstance(reason, bool) else None
-
-
-def _event_data(event: bytes) -> bytes | None:
-    """The ``data:`` payload of one SSE event (lines joined), or None for comments/other fields."""
-    if event.startswith(b"data:") and b"\n" not in event:
-        return event[5:].lstrip(b" ")
-    parts = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(parts) if parts else None
+        return Chunk(
+            text, finish, usage, logprobs, extra, stop_reason_of(choice), choice_extra, response_extra
+        )
