@@ -43,7 +43,7 @@ def test_embedded_engine_bench_prints_its_table() -> None:
         )
         assert re.search(rf"^  {precision} +batched \d+ / \d+, batch 1 \d+ / \d+$", out, re.MULTILINE)
         assert re.search(
-            rf"^  {precision} +batch 1 \d+, batch 16 \d+: a token \d\.\d\dx faster batched$",
+            rf"^  {precision} +batch 1 \d+ \(\d+\), batch 16 \d+ \(\d+\): a token \d\.\d\dx faster batched$",
             out,
             re.MULTILINE,
         )

@@ -99,6 +99,52 @@ def test_errors_carry_the_library_message(tmp_path: Path, models: tuple[ortgenai
         generator.output("no_such_output")
 
 
+def _decode_all(
+    model: ortgenai_capi.Model, search: dict[str, float | bool], prompt: np.ndarray
+) -> list[list[int]]:
+    """Every step's tokens of one generator, to its end."""
+    generator = ortgenai_capi.Generator(model, search)
+    generator.append_tokens(prompt)
+    steps = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        steps.append(generator.next_tokens())
+    generator.close()
+    return steps
+
+
+def _sampled(model: ortgenai_capi.Model, seed: int | None) -> list[list[int]]:
+    search: dict[str, float | bool] = {"max_length": 40, "do_sample": True, "temperature": 1.0, "top_k": 512}
+    if seed is not None:
+        search["random_seed"] = seed
+    return _decode_all(model, search, _pad(model, ["the red"]))
+
+
+def test_a_generator_without_a_seed_gets_one_drawn_here(
+    models: tuple[ortgenai_capi.Model, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left to the library, an unseeded generator seeds from std::random_device, whose rdseed loop
+    cost most of a new request's engine time here: the binding draws the seed itself, so unseeded
+    samples still differ from one generator to the next and a given seed is kept."""
+    model = models[0]
+    c = ortgenai_capi.api()
+    real_set_number = c.set_number
+    seeds: list[float] = []
+
+    def recording_set_number(params: object, name: bytes, value: float) -> object:
+        if name == b"random_seed":
+            seeds.append(value)
+        return real_set_number(params, name, value)
+
+    monkeypatch.setattr(c, "set_number", recording_set_number)
+    ortgenai_capi.Generator(model, {"max_length": 8, "do_sample": False}).close()
+    ortgenai_capi.Generator(model, {"max_length": 8, "random_seed": 7}).close()
+    assert len(seeds) == 2 and 0 <= seeds[0] < 2**31 and seeds[0] == int(seeds[0]) and seeds[1] == 7
+    assert _sampled(model, 7) == _sampled(model, 7)
+    unseeded = [_sampled(model, None) for _ in range(3)]
+    assert len({str(steps) for steps in unseeded}) > 1, unseeded
+
+
 def _share_while_decoding(step: object, steps: int) -> float:
     """How much a spinning Python thread gets done while another thread decodes (vs alone)."""
 
@@ -144,14 +190,7 @@ def test_generators_on_one_model_decode_concurrently(models: tuple[ortgenai_capi
     search = {"max_length": prompt.shape[1] + 24, "batch_size": len(PROMPTS), "do_sample": False}
 
     def decode() -> list[list[int]]:
-        generator = ortgenai_capi.Generator(model, search)
-        generator.append_tokens(prompt)
-        steps = []
-        while not generator.is_done():
-            generator.generate_next_token()
-            steps.append(generator.next_tokens())
-        generator.close()
-        return steps
+        return _decode_all(model, search, prompt)
 
     alone = decode()
     results: list[list[list[int]]] = []
