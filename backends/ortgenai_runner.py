@@ -311,8 +311,9 @@ class GenAIModel:
             top_k = self.vocab_size if first.top_k is None else min(int(first.top_k), self.vocab_size)
             options["top_k"] = top_k
             # The library's seed is an int32: a 64-bit one is folded in (seeds below 2**31 unchanged).
-            seed = first.seed if first.seed is not None else time.time_ns()
-            options["random_seed"] = seed % _SEED_RANGE
+            # Unseeded, the binding draws one (backends.ortgenai_capi.Generator).
+            if first.seed is not None:
+                options["random_seed"] = first.seed % _SEED_RANGE
         if first.ignore_eos:
             options["min_length"] = options["max_length"]
         generator = ortgenai_capi.Generator(self.model, options)

@@ -108,6 +108,17 @@ def test_seeded_sampling_is_reproducible(client: openai.OpenAI) -> None:
     assert sample() == sample()
 
 
+def test_unseeded_sampling_differs_between_requests(client: openai.OpenAI) -> None:
+    """No seed: each request's generator gets a fresh one (the binding draws it)."""
+    texts = {
+        client.completions.create(model="turnout-tiny", prompt="the", max_tokens=24, temperature=1.0)
+        .choices[0]
+        .text
+        for _ in range(4)
+    }
+    assert len(texts) > 1, texts
+
+
 def test_any_int64_seed_and_a_top_k_past_the_vocabulary_sample(gateway_url: str) -> None:
     """The engine's own seed is an int32 and its top_k at most the vocabulary (512): a client's
     64-bit seed or a larger top_k is folded or clamped, never an engine failure (once a 502
