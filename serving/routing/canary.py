@@ -255,3 +255,26 @@ def apply(spec: RouteSpec, verdict: Verdict) -> tuple[RouteSpec, str] | None:
     # Re-validate the whole spec: model_copy alone would skip the RouteSpec rules.
     new_spec = RouteSpec.model_validate(spec.model_copy(update=update).model_dump())
     return new_spec, action
+
+
+def hand_edit_action(before: RouteSpec | None, after: RouteSpec) -> str:
+    """The audit action of a version written by hand (the admin API's PUT), from what it changed:
+
+    - ``"canary-start"``: ``after`` has a canary plan and ``before`` had none;
+    - ``"canary-abort"``: ``before``'s canary plan is gone and its stable variant is the only
+      target (``routes canary --abort``, as the judge's ``"canary-rollback"``);
+    - ``"canary-complete"``: the plan is gone and its canary is the only target
+      (``routes canary --promote``, as the judge's after its last step);
+    - ``"set"``: anything else, a running canary's plan edited included.
+    """
+    plan = before.canary if before is not None else None
+    if plan is None:
+        return "set" if after.canary is None else "canary-start"
+    if after.canary is not None:
+        return "set"
+    sole = [t.variant for t in after.targets]
+    if sole == [plan.stable]:
+        return "canary-abort"
+    if sole == [plan.canary]:
+        return "canary-complete"
+    return "set"

@@ -25,7 +25,8 @@ class RouteVersion:
     author: str
     created_at: float
     reason: str
-    # "seed" | "set" | "rollback" | "canary-promote" | "canary-complete" | "canary-rollback" (stored as given)
+    # "seed" | "set" | "rollback" | "canary-start" | "canary-abort" (hand edits) | "canary-promote" |
+    # "canary-complete" (by hand or the judge) | "canary-rollback" (stored as given)
     action: str
 
     def as_dict(self) -> dict[str, Any]:

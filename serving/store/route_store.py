@@ -21,6 +21,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from serving.errors import ClientError, ConfigError, Conflict
+from serving.routing.canary import hand_edit_action
 from serving.routing.spec import RouteSpec
 from serving.store import audit_log, keys, versions
 from serving.store.engine import WRITE_OPTION, display_url, is_in_memory_sqlite, open_engine, sqlite_file
@@ -37,7 +38,7 @@ _UNCONDITIONAL_ATTEMPTS = 20
 _RETRY_PAUSE_S = 0.01
 
 # Builds the new version's spec and reason from the route's current version (None: no version yet).
-_NextSpec = Callable[[Connection, RouteVersion | None], tuple[RouteSpec, str]]
+_NextSpec = Callable[[Connection, RouteVersion | None], tuple[RouteSpec, str, str]]  # spec, reason, action
 
 
 def _shown(url: str) -> str:
@@ -122,16 +123,18 @@ class RouteStore:
         expected_version: int | None,
         author: str,
         reason: str,
-        action: str = "set",
+        action: str | None = None,
     ) -> RouteVersion:
-        """Add the next version of ``route``; ``expected_version`` (If-Match) 0 means "must be new"."""
+        """Add the next version of ``route``; ``expected_version`` (If-Match) 0 means "must be new".
+        With no ``action`` (a hand edit) the audit action says what the edit did to a canary
+        (:func:`serving.routing.canary.hand_edit_action`: ``canary-start``, ``canary-abort``,
+        ``canary-complete``), else ``set``."""
 
-        def given(_conn: Connection, _latest: RouteVersion | None) -> tuple[RouteSpec, str]:
-            return spec, reason
+        def given(_conn: Connection, latest: RouteVersion | None) -> tuple[RouteSpec, str, str]:
+            said = action or hand_edit_action(latest.spec if latest is not None else None, spec)
+            return spec, reason, said
 
-        return self._append(
-            route, expected_version=expected_version, author=author, action=action, next_spec=given
-        )
+        return self._append(route, expected_version=expected_version, author=author, next_spec=given)
 
     def rollback(
         self,
@@ -153,7 +156,7 @@ class RouteStore:
         "previous" is the version it rolled away from, so two rollbacks at once (two operators, or
         an operator after the canary judge) would undo each other and bring that version back."""
 
-        def older(conn: Connection, latest: RouteVersion | None) -> tuple[RouteSpec, str]:
+        def older(conn: Connection, latest: RouteVersion | None) -> tuple[RouteSpec, str, str]:
             if latest is None:
                 raise versions.no_route(route)
             if to_version is None and latest.action in ROLLBACK_ACTIONS:
@@ -183,11 +186,9 @@ class RouteStore:
             if check is not None:
                 check(spec)
             said = f"rollback to v{target}"
-            return spec, f"{said}: {reason}" if reason else said
+            return spec, f"{said}: {reason}" if reason else said, "rollback"
 
-        return self._append(
-            route, expected_version=expected_version, author=author, action="rollback", next_spec=older
-        )
+        return self._append(route, expected_version=expected_version, author=author, next_spec=older)
 
     # ---- audit log ---------------------------------------------------------------------------
 
@@ -269,7 +270,7 @@ class RouteStore:
     # ---- internals ---------------------------------------------------------------------------
 
     def _append(
-        self, route: str, *, expected_version: int | None, author: str, action: str, next_spec: _NextSpec
+        self, route: str, *, expected_version: int | None, author: str, next_spec: _NextSpec
     ) -> RouteVersion:
         """Check If-Match, then insert the next version and its audit row, all in one transaction."""
         attempts = 1 if expected_version is not None else _UNCONDITIONAL_ATTEMPTS
@@ -280,7 +281,7 @@ class RouteStore:
                     at_version = 0 if latest is None else latest.version
                     if expected_version is not None and expected_version != at_version:
                         raise _stale(route, at_version, expected_version)
-                    spec, reason = next_spec(conn, latest)
+                    spec, reason, action = next_spec(conn, latest)
                     written = RouteVersion(route, at_version + 1, spec, author, self._clock(), reason, action)
                     versions.insert_with_audit(conn, written)
                     return written

@@ -82,7 +82,7 @@ def test_a_slow_canary_is_rolled_back_with_the_reason(
 ) -> None:
     gates = [{"metric": "p95_latency_ms", "max": 150}]
     _start_canary(gateway.url, "slow", gates, steps=[50, 100], min_requests=10, min_duration_s=0)
-    replies = _drive(gateway.url, 200, lambda: _current(gateway.url)["action"] != "set")
+    replies = _drive(gateway.url, 200, lambda: _current(gateway.url)["action"] != "canary-start")
     eventually(lambda: _current(gateway.url)["action"] == "canary-rollback", timeout=3)
     current = _current(gateway.url)
     assert current["version"] == 3 and current["author"] == "canary-judge"
@@ -107,7 +107,7 @@ def test_a_slow_canary_is_rolled_back_with_the_reason(
 def test_a_failing_canary_is_rolled_back_and_fallbacks_hide_its_errors(gateway: Launched) -> None:
     gates = [{"metric": "error_rate", "max": 0.1}]
     _start_canary(gateway.url, "failing", gates, steps=[50, 100], min_requests=10, min_duration_s=0)
-    replies = _drive(gateway.url, 200, lambda: _current(gateway.url)["action"] != "set")
+    replies = _drive(gateway.url, 200, lambda: _current(gateway.url)["action"] != "canary-start")
     eventually(lambda: _current(gateway.url)["action"] == "canary-rollback", timeout=3)
     reason = _current(gateway.url)["reason"]
     assert reason.startswith("error rate 100.0% > 10.0% over"), reason
@@ -121,7 +121,7 @@ def test_a_healthy_canary_is_promoted_step_by_step_to_all_traffic(gateway: Launc
     eventually(lambda: _current(gateway.url)["action"] == "canary-complete", timeout=3)
     history = httpx.get(f"{gateway.url}/admin/routes/chat/history", headers=admin()).json()["versions"]
     actions = [v["action"] for v in history]
-    assert actions == ["seed", "set", "canary-promote", "canary-promote", "canary-complete"]
+    assert actions == ["seed", "canary-start", "canary-promote", "canary-promote", "canary-complete"]
     assert "held" in history[2]["reason"]
     final = history[-1]["spec"]
     assert final["targets"] == [{"variant": "good", "weight": 1.0}] and final["canary"] is None
@@ -159,4 +159,4 @@ def test_pinned_requests_do_not_decide_a_canary(gateway: Launched) -> None:
     assert {r.status_code for r in replies} <= {502, 503}  # its own failures (then its open breaker)
     time.sleep(1.0)  # five judge ticks
     current = _current(gateway.url)
-    assert current["version"] == 2 and current["action"] == "set", current["reason"]
+    assert current["version"] == 2 and current["action"] == "canary-start", current["reason"]

@@ -88,7 +88,7 @@ def test_a_canary_that_keeps_the_accuracy_is_promoted_with_its_score(gateway: La
         assert httpx.post(f"{gateway.url}/v1/completions", json=body, timeout=30).status_code == 200
         sent += 1
     history = httpx.get(f"{gateway.url}/admin/routes/sums-b/history", headers=admin()).json()["versions"]
-    assert [v["action"] for v in history] == ["seed", "set", "canary-promote", "canary-complete"]
+    assert [v["action"] for v in history] == ["seed", "canary-start", "canary-promote", "canary-complete"]
     for version in history[2:]:
         assert version["reason"].endswith("on 40 addition@1 examples"), version["reason"]
         assert "eval accuracy 100.0% (stable 100.0%)" in version["reason"]

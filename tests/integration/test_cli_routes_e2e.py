@@ -85,15 +85,21 @@ def test_operator_walkthrough(gateway: Launched) -> None:
     canary = routes(gateway, *canary_args)
     assert canary.returncode == 0, canary.stderr
     assert _current(gateway)["spec"]["canary"]["canary"] == "b"  # type: ignore[index]
+    assert _current(gateway)["action"] == "canary-start"
     aborted = routes(gateway, "canary", "chat", "--abort")
     assert aborted.returncode == 0, aborted.stderr
+    assert "(canary-abort)" in aborted.stdout
     assert _current(gateway)["spec"]["canary"] is None  # type: ignore[index]
+    assert _current(gateway)["action"] == "canary-abort"
     assert routes(gateway, "canary", "chat", "--canary", "b", "--max-error-rate", "0.05").returncode == 0
     promoted = routes(gateway, "canary", "chat", "--promote")
     assert promoted.returncode == 0, promoted.stderr
     current = _current(gateway)
     assert current["spec"]["canary"] is None and current["spec"]["targets"][0]["variant"] == "b"  # type: ignore[index]
     assert current["reason"] == "promote canary b (remaining steps skipped)"
+    assert current["action"] == "canary-complete" and current["author"] != "canary-judge"
+    audit = httpx.get(f"{gateway.url}/admin/audit?route=chat&limit=4", headers=admin()).json()["entries"]
+    assert [e["action"] for e in audit] == ["canary-complete", "canary-start", "canary-abort", "canary-start"]
 
     history = routes(gateway, "history", "chat")
     assert history.returncode == 0 and "try b on 30%" in history.stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.routing.canary import Sample, Verdict, WindowStats, apply, judge, summarize
+from serving.routing.canary import Sample, Verdict, WindowStats, apply, hand_edit_action, judge, summarize
 from serving.routing.spec import CanaryPlan, RouteSpec, ShadowTarget, SloGate, WeightedTarget
 
 GATES = [
@@ -341,3 +341,41 @@ def test_complete_drops_a_shadow_equal_to_the_canary() -> None:
     changed = apply(spec, Verdict("promote", "ok"))
     assert changed is not None
     assert [s.variant for s in changed[0].shadows] == ["v3"]
+
+
+# hand edits: what the audit log calls them
+
+
+def plain(*variants: str) -> RouteSpec:
+    """A route with no canary, its traffic split evenly over ``variants``."""
+    return RouteSpec(targets=[WeightedTarget(variant=v) for v in variants])
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "action"),
+    [
+        (None, plain("v1"), "set"),
+        (plain("v1"), plain("v2"), "set"),
+        (plain("v1"), route(), "canary-start"),
+        (None, route(), "canary-start"),  # a new route that starts with a canary
+        (route(), plain("v1"), "canary-abort"),
+        (route(), plain("v2"), "canary-complete"),
+        (route(), route(canary=plan(steps=[5, 100])), "set"),  # the running plan edited
+        (route(), plain("v3"), "set"),
+        (route(), plain("v1", "v2"), "set"),
+    ],
+)
+def test_a_hand_edit_is_named_by_what_it_did_to_a_canary(
+    before: RouteSpec | None, after: RouteSpec, action: str
+) -> None:
+    assert hand_edit_action(before, after) == action
+
+
+def test_a_hand_abort_or_promote_is_named_as_the_judge_names_the_same_change() -> None:
+    running = route()
+    rolled_back = apply(running, Verdict("rollback", "why"))
+    last_step = route(canary=plan(step=len(plan().steps) - 1))
+    promoted = apply(last_step, Verdict("promote", "why"))
+    assert rolled_back is not None and promoted is not None
+    assert (rolled_back[1], hand_edit_action(running, rolled_back[0])) == ("canary-rollback", "canary-abort")
+    assert (promoted[1], hand_edit_action(last_step, promoted[0])) == ("canary-complete", "canary-complete")
