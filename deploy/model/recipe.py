@@ -60,7 +60,11 @@ def generate_greedy(
         for row, prompt in enumerate(chunk):
             batch[row, : len(prompt)] = prompt
         params = og.GeneratorParams(model)
-        params.set_search_options(do_sample=False, max_length=width + new_tokens, batch_size=len(chunk))
+        # A fixed seed (greedy never draws): unseeded, the library seeds each generator from
+        # std::random_device, ~0.6 ms of rdseed retries on these VMs (backends/ortgenai_capi.py).
+        params.set_search_options(
+            do_sample=False, max_length=width + new_tokens, batch_size=len(chunk), random_seed=0
+        )
         generator = og.Generator(model, params)
         generator.append_tokens(batch)
         while not generator.is_done():
@@ -92,7 +96,7 @@ def addition_accuracy(folder: Path, chat: bool, system: str | None = None) -> fl
 
 def _text_logits(model: og.Model, token_ids: list[int]) -> np.ndarray[Any, np.dtype[np.float32]]:
     params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=len(token_ids) + 1, batch_size=1)
+    params.set_search_options(do_sample=False, max_length=len(token_ids) + 1, batch_size=1, random_seed=0)
     generator = og.Generator(model, params)
     generator.append_tokens(np.array([token_ids], dtype=np.int32))
     logits: np.ndarray[Any, np.dtype[np.float32]] = generator.get_output("logits")[0]
