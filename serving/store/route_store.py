@@ -37,8 +37,9 @@ ROLLBACK_ACTIONS = frozenset({"rollback", "canary-rollback"})
 _UNCONDITIONAL_ATTEMPTS = 20
 _RETRY_PAUSE_S = 0.01
 
-# Builds the new version's spec and reason from the route's current version (None: no version yet).
-_NextSpec = Callable[[Connection, RouteVersion | None], tuple[RouteSpec, str, str]]  # spec, reason, action
+# Builds the new version's spec, reason and audit action from the route's current version (None:
+# no version yet).
+_NextSpec = Callable[[Connection, RouteVersion | None], tuple[RouteSpec, str, str]]
 
 
 def _shown(url: str) -> str:
