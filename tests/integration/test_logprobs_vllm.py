@@ -54,15 +54,17 @@ def same(ours: Any, theirs: Any) -> bool:
     return bool(ours == theirs)
 
 
-def stream_logprobs(url: str, body: dict[str, Any]) -> Any:
+def stream_logprobs(url: str, body: dict[str, Any]) -> tuple[Any, list[tuple[str, str]]]:
     """The stream's logprobs token by token, whatever its chunking: a chat's ``content`` entries
-    in order, or a completion's lists (``tokens``, ``token_logprobs``…) joined.
+    in order, or a completion's lists (``tokens``, ``token_logprobs``…) joined; and, per event
+    with logprobs, its text and its tokens' text.
 
     vLLM puts several tokens in one event when its output loop lags (a loaded machine), so two
     calls may chunk the same tokens differently; Turnout passes each event on as it came.
     """
     chat = body.get("messages") is not None
     joined: Any = [] if chat else {}
+    events: list[tuple[str, str]] = []
     with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as reply:
         assert reply.status_code == 200, reply.read()
         for line in reply.iter_lines():
@@ -74,22 +76,32 @@ def stream_logprobs(url: str, body: dict[str, Any]) -> Any:
                     continue
                 if chat:
                     joined.extend(logprobs["content"])
+                    tokens = [entry["token"] for entry in logprobs["content"]]
+                    events.append(((choice.get("delta") or {}).get("content") or "", _text(tokens)))
                 else:
                     for key, values in logprobs.items():
                         joined.setdefault(key, []).extend(values)
-    return joined
+                    events.append((choice.get("text") or "", _text(logprobs["tokens"])))
+    return joined, events
+
+
+def _text(tokens: list[str]) -> str:
+    """What the tokens read as, the special ones (``<s>``, ``</s>``) showing no text."""
+    return "".join(token for token in tokens if token not in ("<s>", "</s>"))
 
 
 def test_streamed_logprobs_come_through_as_vllm_sends_them(gateway: Launched, vllm: VllmServer) -> None:
     chat = {"messages": SUM, "max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 2}
-    through = stream_logprobs(f"{gateway.url}/v1/chat/completions", {"model": "tiny", **chat})
-    direct = stream_logprobs(f"{vllm.base_url}/chat/completions", {"model": VLLM_MODEL, **chat})
+    through, events = stream_logprobs(f"{gateway.url}/v1/chat/completions", {"model": "tiny", **chat})
+    direct, _ = stream_logprobs(f"{vllm.base_url}/chat/completions", {"model": VLLM_MODEL, **chat})
     assert same(through, direct), (through, direct)
     assert [entry["token"] for entry in through] == ["6", "4", "0", "</s>"]
+    assert all(text == tokens for text, tokens in events), events  # each on the event with its text
     echo = {"prompt": "12+34=", "max_tokens": 4, "temperature": 0, "echo": True, "logprobs": 1}
-    through = stream_logprobs(f"{gateway.url}/v1/completions", {"model": "tiny", **echo})
-    direct = stream_logprobs(f"{vllm.base_url}/completions", {"model": VLLM_MODEL, **echo})
+    through, events = stream_logprobs(f"{gateway.url}/v1/completions", {"model": "tiny", **echo})
+    direct, _ = stream_logprobs(f"{vllm.base_url}/completions", {"model": VLLM_MODEL, **echo})
     assert same(through, direct), (through, direct)
+    assert all(text == tokens for text, tokens in events), events
     assert through["token_logprobs"][0] is None  # the prompt's first token
 
 
