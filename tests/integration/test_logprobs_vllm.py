@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from backends.logprobs import merge_logprobs
 from deploy.vllm_runtime import VllmServer
 from serving.launcher import Launched
 from tests.integration.control_plane import running_gateway, write_config
@@ -55,15 +56,14 @@ def same(ours: Any, theirs: Any) -> bool:
 
 
 def stream_logprobs(url: str, body: dict[str, Any]) -> tuple[Any, list[tuple[str, str]]]:
-    """The stream's logprobs token by token, whatever its chunking: a chat's ``content`` entries
-    in order, or a completion's lists (``tokens``, ``token_logprobs``…) joined; and, per event
-    with logprobs, its text and its tokens' text.
+    """The stream's logprobs joined across its events, whatever its chunking (a chat's
+    ``content`` entries, a completion's lists); and, per event with logprobs, its text and its
+    tokens' text.
 
     vLLM puts several tokens in one event when its output loop lags (a loaded machine), so two
     calls may chunk the same tokens differently; Turnout passes each event on as it came.
     """
-    chat = body.get("messages") is not None
-    joined: Any = [] if chat else {}
+    joined: dict[str, Any] | None = None
     events: list[tuple[str, str]] = []
     with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as reply:
         assert reply.status_code == 200, reply.read()
@@ -74,13 +74,11 @@ def stream_logprobs(url: str, body: dict[str, Any]) -> tuple[Any, list[tuple[str
                 logprobs = choice.get("logprobs")
                 if not logprobs:
                     continue
-                if chat:
-                    joined.extend(logprobs["content"])
+                joined = merge_logprobs(joined, logprobs)
+                if "content" in logprobs:  # a chat's
                     tokens = [entry["token"] for entry in logprobs["content"]]
                     events.append(((choice.get("delta") or {}).get("content") or "", _text(tokens)))
                 else:
-                    for key, values in logprobs.items():
-                        joined.setdefault(key, []).extend(values)
                     events.append((choice.get("text") or "", _text(logprobs["tokens"])))
     return joined, events
 
@@ -95,7 +93,7 @@ def test_streamed_logprobs_come_through_as_vllm_sends_them(gateway: Launched, vl
     through, events = stream_logprobs(f"{gateway.url}/v1/chat/completions", {"model": "tiny", **chat})
     direct, _ = stream_logprobs(f"{vllm.base_url}/chat/completions", {"model": VLLM_MODEL, **chat})
     assert same(through, direct), (through, direct)
-    assert [entry["token"] for entry in through] == ["6", "4", "0", "</s>"]
+    assert [entry["token"] for entry in through["content"]] == ["6", "4", "0", "</s>"]
     assert all(text == tokens for text, tokens in events), events  # each on the event with its text
     echo = {"prompt": "12+34=", "max_tokens": 4, "temperature": 0, "echo": True, "logprobs": 1}
     through, events = stream_logprobs(f"{gateway.url}/v1/completions", {"model": "tiny", **echo})
