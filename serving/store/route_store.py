@@ -5,7 +5,9 @@ it moves, :meth:`RouteStore.current`, then swaps the route table that ``serving.
 the admin API, the canary controller and the ``turnout keys`` CLI write here. Every write is a new
 immutable row plus an audit row in the same transaction. Synchronous (SQLAlchemy Core); async callers
 wrap it in ``asyncio.to_thread``, except :meth:`RouteStore.change_marker_nowait`, which never waits
-(``marker_probe.py``). SQLite file by default, any SQLAlchemy URL (e.g. PostgreSQL) works.
+(a SQLite file: ``marker_probe.py``; in-memory SQLite, which no other process or store can write: the
+marker as this store's last write left it). SQLite file by default, any SQLAlchemy URL (e.g.
+PostgreSQL) works.
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ class RouteStore:
         try:
             # In-memory SQLite is one shared connection: threads take turns so transactions never
             # interleave.
-            self._turn: AbstractContextManager[Any] = (
-                threading.RLock() if is_in_memory_sqlite(url) else nullcontext()
-            )
+            in_memory = is_in_memory_sqlite(url)
+            self._turn: AbstractContextManager[Any] = threading.RLock() if in_memory else nullcontext()
+            # In memory, only this store writes: the marker is known after each write, never asked.
+            self._written_marker: int | None = 0 if in_memory else None
             self._engine = open_engine(url)
             self._create_tables()
             database = sqlite_file(url)
@@ -225,7 +228,10 @@ class RouteStore:
 
     def change_marker_nowait(self) -> int | None:
         """The change marker when it can be had at once without blocking (a SQLite file: ~10 µs,
-        fit for the event loop), else None: then ask :meth:`change_marker` from a thread."""
+        fit for the event loop; in memory: kept by this store's own writes), else None: then ask
+        :meth:`change_marker` from a thread."""
+        if self._written_marker is not None:
+            return self._written_marker
         return self._probe.read() if self._probe is not None else None
 
     # ---- API keys ----------------------------------------------------------------------------
@@ -310,6 +316,9 @@ class RouteStore:
             conn.execution_options(**{WRITE_OPTION: True})
             with conn.begin():
                 yield conn
+                marker = None if self._written_marker is None else audit_log.change_marker(conn)
+            if marker is not None:  # committed: the poller may see it now
+                self._written_marker = marker
 
     def _create_tables(self) -> None:
         try:

@@ -314,6 +314,27 @@ def test_change_marker_grows_with_every_kind_of_write(
         assert poller.change_marker_nowait() == seen[-1]  # the event loop's cheap read agrees
         return seen[-1] > seen[-2]
 
+    _every_kind_of_write(store, moved)
+
+
+def test_in_memory_store_knows_its_marker_without_asking() -> None:
+    store = RouteStore("sqlite://")
+    try:
+        assert store.change_marker_nowait() == 0
+        seen = [0]
+
+        def moved() -> bool:
+            seen.append(store.change_marker())  # what the database says
+            assert store.change_marker_nowait() == seen[-1]  # what the poller reads, not asking it
+            return seen[-1] > seen[-2]
+
+        _every_kind_of_write(store, moved)
+    finally:
+        store.close()
+
+
+def _every_kind_of_write(store: RouteStore, moved: Callable[[], bool]) -> None:
+    """Each kind of write moves the marker; a write that changes nothing or is refused does not."""
     store.seed({"chat": AB})
     assert moved()
     store.seed({"chat": AB})
@@ -405,7 +426,7 @@ def test_in_memory_store_is_shared_by_threads() -> None:
         assert len(current) == 9
         assert current["chat"].version == 9
         assert store.change_marker() == 17
-        assert store.change_marker_nowait() is None  # no file to read beside the engine: use the thread
+        assert store.change_marker_nowait() == 17  # kept by the writes, under the same turns
     finally:
         store.close()
 
