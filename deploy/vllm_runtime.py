@@ -123,6 +123,7 @@ def vllm_server(
         raise VllmError(busy)
     work = Path(tempfile.mkdtemp(prefix="turnout-vllm-"))
     log = work / "vllm.log"
+    (work / "tmp").mkdir()
     env = {
         **os.environ,
         "VLLM_TARGET_DEVICE": "cpu",
@@ -130,6 +131,9 @@ def vllm_server(
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_CACHE_ROOT": str(work / "cache"),
+        # Its ZeroMQ sockets and torch.distributed's init file go to the temp directory, and it
+        # leaves them there when it stops (eight a start): inside ``work``, they go with it.
+        "TMPDIR": str(work / "tmp"),
         "PATH": f"{install.venv / 'bin'}:{os.environ.get('PATH', '')}",
     }
     cmd = [

@@ -10,6 +10,7 @@ needs an NVIDIA GPU) is tested through it too.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,3 +190,15 @@ def test_prefix_cache_hits_show_in_usage(vllm: VllmServer, gateway: Launched) ->
     usage = [chunk.usage for chunk in streamed if chunk.usage is not None]
     assert len(usage) == 1 and usage[0].prompt_tokens_details is not None
     assert usage[0].prompt_tokens_details.cached_tokens == again.usage.prompt_tokens_details.cached_tokens
+
+
+def test_vllm_keeps_its_sockets_in_the_directory_removed_when_it_stops(vllm: VllmServer) -> None:
+    """vLLM binds its ZeroMQ sockets in the temp directory and leaves them there when it stops
+    (seven sockets and torch.distributed's init file a start); ``vllm_server`` points its temp
+    directory into the folder it removes afterwards."""
+    work = vllm.log.parent
+    bound = [line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines()[1:]]
+    ours = [path for path in bound if path.startswith(f"{work}/")]
+    assert len(ours) >= 2, f"no socket of vLLM's under {work}: {bound[-20:]}"
+    loose = [p for p in bound if Path(p).parent == Path(tempfile.gettempdir()) and len(Path(p).name) == 36]
+    assert not loose, f"sockets in the temp directory itself: {loose}"
