@@ -1,221 +1,51 @@
 """``turnout serve --ray --replicas 2`` on a local Ray cluster: shared routes, shared limits, failures.
 
-One ``turnout serve --ray`` process (the command users run) starts Ray, Serve's proxy, two
-gateway replicas, the embedded variant's engine deployment and the shared rate counter; two
-fault servers play remote variants ``a`` and ``b``. Each response names its gateway replica
-(``x-turnout-replica``). The tests run in file order against that one cluster (Ray needs ~15 s
-and ~1.5 GB to start here): the last one stops the process and checks that no process of the
-cluster is left. Ray's files go to a temp folder (``RAY_TMPDIR``), removed at the end; when a
-test failed, Ray's logs are copied to pytest's temp folder first.
+The cluster and the helpers that talk to it are in ``tests/integration/ray_cluster.py``. The
+tests run in file order against that one cluster (Ray needs ~15 s and ~1.5 GB to start here):
+the last one stops the process and checks that no process of the cluster is left. When a test
+failed, Ray's logs are copied to pytest's temp folder before the cluster's folder is removed.
 """
 
 from __future__ import annotations
 
 import collections
 import os
-import re
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from backends.fault import FaultServer
-from serving.auth import hash_key, key_prefix, new_key
-from serving.launcher import gateway_process
-from serving.store import RouteStore
-from tests.integration.control_plane import ADMIN_TOKEN, admin, fault_variant, put_route, write_config
+from tests.integration.control_plane import admin, fault_variant, put_route, write_config
 from tests.integration.postgres_server import postgres_server, why_unavailable
-
-ray = pytest.importorskip("ray", reason="Ray Serve is not installed: pip install 'turnout[ray]'")
-
-RPM = 30
-
-
-class Cluster:
-    """The running ``turnout serve --ray`` process, and a Ray client connection to its cluster."""
-
-    def __init__(self, url: str, pid: int, ray_dir: Path, key: str, faults: dict[str, FaultServer]) -> None:
-        self.url, self.pid, self.ray_dir, self.key, self.faults = url, pid, ray_dir, key, faults
-        self.connected = False
-
-    def connect(self) -> None:
-        if not self.connected:
-            ray.init(address="auto", namespace="serve", logging_level="ERROR", log_to_driver=False)
-            self.connected = True
-
-    def disconnect(self) -> None:
-        if self.connected:
-            ray.shutdown()
-            self.connected = False
-
-    def actor(self, deployment: str) -> Any:
-        self.connect()
-        actors = ray.util.list_named_actors(all_namespaces=True)
-        names = [actor["name"] for actor in actors if deployment in actor["name"]]
-        assert names, f"no replica of {deployment}"
-        return ray.get_actor(names[0], namespace="serve")
-
-    def processes(self) -> list[psutil.Process]:
-        """The turnout process and everything it started (Ray's GCS, raylet, workers…)."""
-        root = psutil.Process(self.pid)
-        return [root, *root.children(recursive=True)]
-
-
-def _keep_logs(ray_dir: Path, keep: Path) -> None:
-    """Ray's logs (Serve's replica logs, workers' stderr) out of the folder about to be removed."""
-    logs = ray_dir / "ray" / "session_latest" / "logs"
-    if logs.is_dir():
-        skip = shutil.ignore_patterns("*.pb", "events", "*.sock")
-        shutil.copytree(logs, keep, ignore=skip, dirs_exist_ok=True)
-        print(f"Ray logs of the failed run kept in {keep}")
+from tests.integration.ray_cluster import (
+    RPM,
+    Cluster,
+    answer_of,
+    answers,
+    applied_within,
+    both_replicas_answering,
+    chat,
+    keep_logs,
+    kill_actor,
+    metric_per_replica,
+    metric_samples,
+    running_cluster,
+)
 
 
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     failed_before = request.session.testsfailed
-    ray_dir = Path(tempfile.mkdtemp(prefix="trt-ray-", dir="/tmp"))  # short: Ray's socket paths
-    saved = os.environ.get("RAY_TMPDIR")
-    os.environ["RAY_TMPDIR"] = str(ray_dir)  # the launched cluster and this test's client alike
-    with ExitStack() as stack:
-        stack.callback(shutil.rmtree, ray_dir, ignore_errors=True)
-        faults = {name: stack.enter_context(FaultServer(reply=f"answer from {name}")) for name in "ab"}
-        variants = {**{n: fault_variant(f) for n, f in faults.items()}, "tiny": {"kind": "embedded"}}
-        routes = {"chat": {"targets": [{"variant": "a"}]}, "tiny": {"targets": [{"variant": "tiny"}]}}
-        config = write_config(ray_dir / "gateway.yaml", variants, routes)
-        store = RouteStore(f"sqlite:///{ray_dir / 'routes.db'}")  # the file write_config names
-        key = new_key("client")
-        store.add_key(name="limited", role="client", key_hash=hash_key(key), prefix=key_prefix(key), rpm=RPM,
-                      actor="test")  # fmt: skip
-        store.close()
-        env = {"TURNOUT_ADMIN_TOKEN": ADMIN_TOKEN}
-        launched = stack.enter_context(
-            gateway_process(config, timeout=150, env=env, extra_args=("--ray", "--replicas", "2"))
-        )
-        running = Cluster(launched.url, launched.pid, ray_dir, key, faults)
-        stack.callback(running.disconnect)
-        _both_replicas_answering(running.url)
+    with running_cluster() as running:
         yield running
         if request.session.testsfailed > failed_before:
-            _keep_logs(ray_dir, tmp_path_factory.mktemp("ray-logs"))
-    if saved is None:
-        os.environ.pop("RAY_TMPDIR", None)
-    else:
-        os.environ["RAY_TMPDIR"] = saved
-
-
-def _chat(url: str, model: str = "chat", key: str | None = None, **body: Any) -> httpx.Response:
-    headers = {"authorization": f"Bearer {key}"} if key else {}
-    payload = {"model": model, "messages": [{"role": "user", "content": "12+34="}], **body}
-    return httpx.post(f"{url}/v1/chat/completions", json=payload, headers=headers, timeout=30)
-
-
-def _both_replicas_answering(url: str, timeout: float = 60.0) -> None:
-    """Until both gateway replicas have answered a chat. ``/ready`` needs only one of them (each
-    replica warms up on its own), and Serve's proxy answers 404 for a new application's route
-    until it has learned it, a moment after ``serve.run`` returns."""
-    seen: set[str] = set()
-    deadline = time.monotonic() + timeout
-    while len(seen) < 2 and time.monotonic() < deadline:
-        reply = _chat(url)
-        if reply.status_code == 200:
-            seen.add(reply.headers["x-turnout-replica"])
-        else:
-            time.sleep(0.2)
-    assert len(seen) == 2, f"only {seen} answered within {timeout:.0f}s"
-
-
-def _kill(actor: Any, **options: Any) -> None:
-    """``ray.kill`` only asks; return once the actor is dead, so that 'after the kill' means it."""
-    ray.kill(actor, **options)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=5)
-        except ray.exceptions.RayActorError:  # ActorDiedError too
-            return
-        except ray.exceptions.GetTimeoutError:
-            continue
-        time.sleep(0.05)
-    raise AssertionError(f"{actor} still alive 30 s after ray.kill")
-
-
-def _answer(reply: httpx.Response) -> str:
-    return str(reply.json()["choices"][0]["message"]["content"]) if reply.status_code == 200 else reply.text
-
-
-def _answers(url: str, count: int, **kwargs: Any) -> collections.Counter[tuple[str, str]]:
-    """(replica, answer) of ``count`` requests sent 8 at a time."""
-
-    def one(_: int) -> tuple[str, str]:
-        reply = _chat(url, **kwargs)
-        return reply.headers.get("x-turnout-replica", "?"), _answer(reply)
-
-    with ThreadPoolExecutor(8) as pool:
-        return collections.Counter(pool.map(one, range(count)))
-
-
-def _applied_within(url: str, expected: str, since: float, timeout: float = 5.0) -> dict[str, float]:
-    """Per replica: seconds after ``since`` at which its last answer other than ``expected`` was sent."""
-    seen: list[tuple[float, str, str]] = []  # (sent, replica, answer)
-
-    def one(_: int) -> None:
-        sent = time.monotonic()
-        reply = _chat(url)
-        seen.append((sent, reply.headers.get("x-turnout-replica", "?"), _answer(reply)))
-
-    with ThreadPoolExecutor(4) as pool:
-        while time.monotonic() - since < timeout:
-            list(pool.map(one, range(4)))
-            replicas = {replica for _, replica, _ in seen}
-            last_stale = {r: max((s for s, rr, a in seen if rr == r and a != expected), default=since)
-                          for r in replicas}  # fmt: skip
-            settled = {r: sum(1 for s, rr, _ in seen if rr == r and s > last_stale[r]) for r in replicas}
-            if len(replicas) == 2 and min(settled.values()) >= 3:
-                return {r: t - since for r, t in last_stale.items()}
-    raise AssertionError(f"not applied by both replicas within {timeout}s: {collections.Counter(seen)}")
-
-
-def _samples(page: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """The samples of ``name`` (``metric`` or ``metric{label="value",…}``, labels to match) on a page."""
-    wanted_name, _, rest = name.partition("{")
-    wanted = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-    return [
-        (dict(s.labels), s.value)
-        for family in text_string_to_metric_families(page)
-        for s in family.samples
-        if s.name == wanted_name and all(s.labels.get(k) == v for k, v in wanted.items())
-    ]
-
-
-def _metric_per_replica(url: str, name: str) -> dict[str, float]:
-    """``name``'s value per gateway replica: a series each replica counts itself from its
-    ``gateway_replica`` label (any replica's page holds every replica's), the engines' shared
-    figures (no such label) as each replica answering a scrape shows them (scraped 4 at a time
-    until both have answered)."""
-    values: dict[str, float] = {}
-
-    def scrape(_: int) -> None:
-        reply = httpx.get(f"{url}/metrics", timeout=10)
-        for labels, value in _samples(reply.text, name):
-            values[labels.get("gateway_replica", reply.headers["x-turnout-replica"])] = value
-
-    with ThreadPoolExecutor(4) as pool:
-        for _ in range(20):
-            list(pool.map(scrape, range(4)))
-            if len(values) == 2:
-                break
-    return values
+            keep_logs(running.ray_dir, tmp_path_factory.mktemp("ray-logs"))
 
 
 def test_any_replicas_metrics_page_counts_every_replicas_requests(cluster: Cluster) -> None:
@@ -225,13 +55,13 @@ def test_any_replicas_metrics_page_counts_every_replicas_requests(cluster: Clust
     def served() -> tuple[str, dict[str, float]]:
         reply = httpx.get(f"{cluster.url}/metrics", timeout=10)
         by_replica: dict[str, float] = collections.defaultdict(float)
-        for labels, value in _samples(reply.text, 'turnout_requests_total{route="chat",status="200"}'):
+        for labels, value in metric_samples(reply.text, 'turnout_requests_total{route="chat",status="200"}'):
             by_replica[labels["gateway_replica"]] += value
         return reply.headers["x-turnout-replica"], dict(by_replica)
 
     time.sleep(3)  # every replica has published what it served before (each does every 2 s)
     before = sum(served()[1].values())
-    seen = _answers(cluster.url, 20)
+    seen = answers(cluster.url, 20)
     assert sum(seen.values()) == 20 and len({replica for replica, _ in seen}) == 2
     deadline = time.monotonic() + 10
     pages: dict[str, dict[str, float]] = {}  # answering replica → what its page counted
@@ -247,12 +77,12 @@ def test_any_replicas_metrics_page_counts_every_replicas_requests(cluster: Clust
 
 
 def test_two_gateway_replicas_serve_and_an_ab_flip_reaches_both(cluster: Cluster) -> None:
-    before = _answers(cluster.url, 40)
+    before = answers(cluster.url, 40)
     assert {answer for _, answer in before} == {"answer from a"}, before
     assert len({replica for replica, _ in before}) == 2, f"both replicas should serve: {before}"
     changed = put_route(cluster.url, "chat", {"targets": [{"variant": "b"}]}, version=1)
     assert changed.status_code == 200, changed.text
-    applied = _applied_within(cluster.url, "answer from b", since=time.monotonic())
+    applied = applied_within(cluster.url, "answer from b", since=time.monotonic())
     print(f"A/B flip: last stale answer per replica, s after the PUT returned (0: none): {applied}")
     assert max(applied.values()) < 2.0
     history = httpx.get(f"{cluster.url}/admin/routes/chat/history", headers=admin()).json()
@@ -268,9 +98,9 @@ def test_a_canary_is_judged_on_every_gateway_replicas_traffic(cluster: Cluster) 
     assert made.status_code == 201, made.text
     # 8 at a time: Serve's proxy may send one request after another to the same replica (all 24
     # went to one in a run on 2026-11-28); with several in flight it picks the shorter queue
-    served: collections.Counter[str] = collections.Counter()
-    for (replica, _), count in _answers(cluster.url, 24, model="canaried").items():
-        served[replica] += count
+    served = collections.Counter(
+        replica for replica, _ in answers(cluster.url, 24, model="canaried").elements()
+    )
     assert len(served) == 2 and max(served.values()) < 20, served  # neither replica saw 20 alone
 
     def promoted() -> bool:
@@ -286,14 +116,14 @@ def test_a_canary_is_judged_on_every_gateway_replicas_traffic(cluster: Cluster) 
 
 
 def test_the_embedded_variant_runs_in_its_engine_deployment(cluster: Cluster) -> None:
-    reply = _chat(cluster.url, "tiny", max_tokens=5, temperature=0)
+    reply = chat(cluster.url, "tiny", max_tokens=5, temperature=0)
     assert reply.status_code == 200 and reply.headers["x-turnout-variant"] == "tiny"
     assert reply.json()["choices"][0]["message"]["content"] == "640"
     body = {"model": "tiny", "prompt": "the", "max_tokens": 8, "stream": True}
     with httpx.stream("POST", f"{cluster.url}/v1/completions", json=body, timeout=30) as stream:
         events = [line for line in stream.iter_lines() if line.startswith("data: ")]
     assert len(events) >= 3 and events[-1] == "data: [DONE]"
-    info = _samples(httpx.get(f"{cluster.url}/metrics").text, 'turnout_variant_info{variant="tiny"}')
+    info = metric_samples(httpx.get(f"{cluster.url}/metrics").text, 'turnout_variant_info{variant="tiny"}')
     assert info and all(
         labels["kind"] == "ray_serve"
         and labels["engine"] == "onnxruntime-genai"
@@ -304,25 +134,25 @@ def test_the_embedded_variant_runs_in_its_engine_deployment(cluster: Cluster) ->
 
 def test_the_engine_figures_reach_every_gateway_replicas_metrics(cluster: Cluster) -> None:
     """The engine replica reports to the counter each second; each gateway reads them from there."""
-    sent = [_chat(cluster.url, "tiny", max_tokens=5, temperature=0) for _ in range(3)]
+    sent = [chat(cluster.url, "tiny", max_tokens=5, temperature=0) for _ in range(3)]
     assert all(reply.status_code == 200 for reply in sent)
     deadline = time.monotonic() + 10
     while True:
-        tokens = _metric_per_replica(cluster.url, 'turnout_engine_generated_tokens_total{variant="tiny"}')
-        batches = _metric_per_replica(cluster.url, 'turnout_batch_size_count{variant="tiny"}')
+        tokens = metric_per_replica(cluster.url, 'turnout_engine_generated_tokens_total{variant="tiny"}')
+        batches = metric_per_replica(cluster.url, 'turnout_batch_size_count{variant="tiny"}')
         done = len(tokens) == 2 and min(tokens.values()) >= 15 and min(batches.values(), default=0) >= 1
         if done or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert len(tokens) == 2 and min(tokens.values()) >= 15, tokens  # 3 × 5 decoded tokens, at least
     assert len(batches) == 2 and min(batches.values()) >= 1, batches
-    depth = _metric_per_replica(cluster.url, 'turnout_queue_depth{variant="tiny"}')
+    depth = metric_per_replica(cluster.url, 'turnout_queue_depth{variant="tiny"}')
     assert depth and all(value == 0.0 for value in depth.values()), depth  # idle now
 
 
 def test_a_key_limit_holds_across_replicas(cluster: Cluster) -> None:
     started = time.monotonic()
-    seen = _answers(cluster.url, 2 * RPM, key=cluster.key)
+    seen = answers(cluster.url, 2 * RPM, key=cluster.key)
     elapsed = time.monotonic() - started
     admitted = sum(n for (_, answer), n in seen.items() if answer == "answer from b")
     refused = sum(n for (_, answer), n in seen.items() if "rate_limit_exceeded" in answer)
@@ -330,17 +160,17 @@ def test_a_key_limit_holds_across_replicas(cluster: Cluster) -> None:
     assert len({replica for replica, _ in seen}) == 2 and admitted + refused == 2 * RPM
     # A full bucket of L, refilled at L per minute while the requests ran; 5% slack on top.
     assert RPM * 0.9 <= admitted <= (RPM + elapsed * RPM / 60) * 1.05
-    assert _metric_per_replica(cluster.url, "turnout_ratelimit_shared_unreachable_total") == {
+    assert metric_per_replica(cluster.url, "turnout_ratelimit_shared_unreachable_total") == {
         replica: 0.0 for replica, _ in seen
     }
 
 
 def test_an_unreachable_rate_counter_is_reported_and_limits_fall_back_to_a_share(cluster: Cluster) -> None:
-    _kill(cluster.actor("TurnoutRateCounter"), no_restart=True)  # Serve starts a new one
-    seen = _answers(cluster.url, 8, key=cluster.key)
+    kill_actor(cluster.actor("TurnoutRateCounter"), no_restart=True)  # Serve starts a new one
+    seen = answers(cluster.url, 8, key=cluster.key)
     admitted = sum(n for (_, answer), n in seen.items() if answer == "answer from b")
     assert admitted == 8  # the shared bucket is spent; each replica counts RPM / 2 from a fresh one
-    missed = _metric_per_replica(cluster.url, "turnout_ratelimit_shared_unreachable_total")
+    missed = metric_per_replica(cluster.url, "turnout_ratelimit_shared_unreachable_total")
     print(f"counter down: {admitted} of 8 admitted locally; unreachable per replica: {missed}")
     assert sum(missed.values()) >= 1
     logs = [p for p in cluster.ray_dir.rglob("*") if p.is_file() and p.suffix in (".log", ".err", ".out")]
@@ -364,11 +194,11 @@ def test_replicas_sharing_a_postgresql_store_apply_a_flip(cluster: Cluster) -> N
         serve.run(ray_app.build_app({"config": config, "gateway_replicas": 2}), name="pg", route_prefix="/pg")
         try:
             url = f"{cluster.url}/pg"
-            _both_replicas_answering(url)
-            assert {answer for _, answer in _answers(url, 16)} == {"answer from a"}
+            both_replicas_answering(url)
+            assert {answer for _, answer in answers(url, 16)} == {"answer from a"}
             changed = put_route(url, "chat", {"targets": [{"variant": "b"}]}, version=1)
             assert changed.status_code == 200, changed.text
-            applied = _applied_within(url, "answer from b", since=time.monotonic())
+            applied = applied_within(url, "answer from b", since=time.monotonic())
             print(f"PostgreSQL store: last stale answer per replica after the PUT (s): {applied}")
             assert max(applied.values()) < 2.0
         finally:
@@ -402,7 +232,7 @@ def _steady(
         futures = [pool.submit(loop) for _ in range(workers)]
         time.sleep(kill_after)
         kill()
-        killed_at = time.monotonic()  # the actor is dead by now (``_kill``)
+        killed_at = time.monotonic()  # the actor is dead by now (``kill_actor``)
         for future in futures:
             future.result()
     return killed_at, results
@@ -411,7 +241,7 @@ def _steady(
 def test_killing_an_engine_replica_fails_only_streams_that_had_started(cluster: Cluster) -> None:
     victim = cluster.actor("TurnoutEngine-tiny")
     # Serve replaces the dead replica within a few seconds (health checks every 2 s, then model load).
-    killed_at, streams = _steady(lambda: _stream_tiny(cluster.url), 10.0, 2, lambda: _kill(victim), 1.5)
+    killed_at, streams = _steady(lambda: _stream_tiny(cluster.url), 10.0, 2, lambda: kill_actor(victim), 1.5)
 
     def complete(result: Any) -> bool:
         if not isinstance(result, tuple) or result[0] != 200 or len(result[1]) < 2:
@@ -437,19 +267,19 @@ def test_killing_a_gateway_replica_loses_no_request_it_had_not_taken(cluster: Cl
     victim = cluster.actor("TurnoutGateway")
 
     def status() -> int:
-        return _chat(cluster.url).status_code
+        return chat(cluster.url).status_code
 
-    killed_at, results = _steady(status, 6.0, 4, lambda: _kill(victim), 2.0)
+    killed_at, results = _steady(status, 6.0, 4, lambda: kill_actor(victim), 2.0)
     failed = [(sent, status) for sent, status in results if status != 200]
     after = [status for sent, status in results if sent > killed_at + 0.05]
     print(f"{len(results)} requests while killing a gateway replica; failed: {failed}")
     assert len(after) > 20 and all(status == 200 for status in after)
     assert len(failed) <= 4  # at most those in flight on the killed replica when it died
-    _both_replicas_answering(cluster.url)  # the restarted one included
-    served = [_chat(cluster.url) for _ in range(24)]
+    both_replicas_answering(cluster.url)  # the restarted one included
+    served = [chat(cluster.url) for _ in range(24)]
     config.write_text(as_started)
     said = [
-        (r.headers.get("x-turnout-replica"), r.headers.get("x-turnout-variant"), _answer(r)) for r in served
+        (r.headers.get("x-turnout-replica"), r.headers.get("x-turnout-variant"), answer_of(r)) for r in served
     ]
     assert [one for one in said if one[2] != f"answer from {one[1]}"] == []
 
