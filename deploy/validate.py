@@ -116,6 +116,12 @@ def _engine(spec: VariantSpec, acc: Accelerator) -> list[str]:
     return found
 
 
+def _named(acc: Accelerator) -> str:
+    """``a100-80gb (ampere)``; a TPU, whose architecture is its name, by its vendor instead."""
+    kind = acc.vendor if acc.architecture == acc.name else acc.architecture
+    return f"{acc.name} ({kind})"
+
+
 def _hardware(spec: VariantSpec, acc: Accelerator) -> list[str]:
     found: list[str] = []
     q = spec.quantization
@@ -123,17 +129,15 @@ def _hardware(spec: VariantSpec, acc: Accelerator) -> list[str]:
         found.append(f"dtype: {q} runs with fp16 or bf16 activations, not fp32")
     if q == "fp8" and not acc.fp8_compute:
         found.append(
-            "quantization: fp8 needs fp8 compute (Hopper, Ada or MI300-class); "
-            f"{acc.name} ({acc.architecture}) has none"
+            f"quantization: fp8 needs fp8 compute (Hopper, Ada or MI300-class); {_named(acc)} has none"
         )
     if q == "int8-wa" and not acc.int8_wa:
         found.append(f"quantization: int8-wa needs int8 GEMM kernels, not available on {acc.name}")
     if q in ("awq-int4", "gptq-int4") and not acc.awq_gptq:
-        found.append(f"quantization: {q} has no kernels on {acc.name} ({acc.architecture})")
+        found.append(f"quantization: {q} has no kernels on {_named(acc)}")
     if spec.kv_cache.dtype == "fp8" and not acc.fp8_kv_cache:
         found.append(
-            f"kv_cache.dtype: fp8 KV cache needs Hopper, Ada or MI300-class hardware; {acc.name} is "
-            f"{acc.architecture}"
+            f"kv_cache.dtype: fp8 KV cache needs Hopper, Ada or MI300-class hardware, not {_named(acc)}"
         )
     if spec.cuda_graphs.enabled and (not acc.cuda_graphs or spec.engine == "onnxruntime-genai"):
         found.append(f"cuda_graphs.enabled: CUDA graphs do not exist on {acc.name} ({acc.vendor})")
