@@ -5,7 +5,8 @@ Operator tooling, off the request path: it starts the engine that sits at the fa
 own model. The first run installs the engine into its own venv under ``$TURNOUT_CACHE``
 (default ``~/.cache/turnout``); later runs reuse it. The server runs in the foreground;
 Ctrl-C (or SIGTERM) stops it and cleans up after it (Triton: its ``/dev/shm`` regions and the
-staged model repository unless ``--repo-dir`` was given).
+staged model repository unless ``--repo-dir`` was given). ``--model-repository`` serves a
+repository as it is instead, such as the CPU one ``turnout deploy render --target triton`` writes.
 """
 
 from __future__ import annotations
@@ -28,13 +29,21 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     up = sub.add_parser("up", help="install (cached) and run an engine in the foreground until Ctrl-C")
     engines = up.add_subparsers(dest="engine", required=True)
     triton = engines.add_parser(
-        "triton", help="tritonserver (PyPI nvidia-pytriton) serving deploy/triton_repo on the CPU"
+        "triton",
+        help="tritonserver (PyPI nvidia-pytriton) on the CPU: deploy/triton_repo or a rendered repository",
     )
     triton.add_argument("--port", type=tcp_port, default=8010, help="HTTP port (default 8010)")
     triton.add_argument("--grpc-port", type=tcp_port, default=8011, help="gRPC port (default 8011)")
     triton.add_argument("--metrics-port", type=tcp_port, default=8012, help="Prometheus port (default 8012)")
-    triton.add_argument("--precision", choices=("fp32", "int8", "int4"), default="fp32")
+    triton.add_argument(
+        "--precision", choices=("fp32", "int8", "int4"), help="of the shipped model (default fp32)"
+    )
     triton.add_argument("--repo-dir", help="stage the model repository here and keep it (default: temp)")
+    triton.add_argument(
+        "--model-repository",
+        help="serve this repository as it is instead of the shipped one, e.g. OUT/triton/model_repository "
+        "from `turnout deploy render SPEC --target triton --out OUT` (never staged or removed)",
+    )
     triton.add_argument(
         "--log", help="tritonserver's log file (default: <cache>/triton/logs/tritonserver-PORT.log)"
     )
@@ -77,12 +86,17 @@ def _triton(args: argparse.Namespace) -> int:
     from deploy.triton_repo import stage_repository
     from deploy.triton_runtime import TritonError, ensure_triton, installed, start_triton
 
+    if args.model_repository:
+        refused = _given_repository_refused(args)
+        if refused is not None:
+            print(f"turnout: {refused}", file=sys.stderr)
+            return 2
     # Before a first install's 30 s, not after it (start_triton checks again, just before binding).
     busy = refuse_taken((args.port, args.grpc_port, args.metrics_port), "tritonserver")
     if busy is not None:
         print(f"turnout: {busy}", file=sys.stderr)
         return 1
-    if args.repo_dir:
+    if args.repo_dir and not args.model_repository:
         work = Path(args.repo_dir)
         if work.exists() and not work.is_dir():
             print(f"turnout: --repo-dir {work} is a file, not a folder", file=sys.stderr)
@@ -97,9 +111,15 @@ def _triton(args: argparse.Namespace) -> int:
     except TritonError as exc:
         print(f"turnout: {exc}", file=sys.stderr)
         return 1
-    if not args.repo_dir:
-        work = Path(tempfile.mkdtemp(prefix="turnout-triton-"))
-    repo = stage_repository(work, args.precision)
+    staged_in_temp = not args.model_repository and not args.repo_dir  # removed when the server stops
+    if args.model_repository:
+        repo = Path(args.model_repository).resolve()
+        served = "as given"
+    else:
+        if staged_in_temp:
+            work = Path(tempfile.mkdtemp(prefix="turnout-triton-"))
+        repo = stage_repository(work, args.precision or "fp32")
+        served = args.precision or "fp32"
     log = Path(args.log) if args.log else None
     _stop_on_sigterm()
     try:
@@ -107,7 +127,7 @@ def _triton(args: argparse.Namespace) -> int:
             install, repo, args.port, args.grpc_port, args.metrics_port, timeout=args.timeout, log=log
         )
     except (TritonError, KeyboardInterrupt) as exc:  # start_triton stopped the server either way
-        if not args.repo_dir:
+        if staged_in_temp:
             shutil.rmtree(work, ignore_errors=True)
         if isinstance(exc, KeyboardInterrupt):
             print("turnout: stopped tritonserver before it was ready", flush=True)
@@ -117,7 +137,7 @@ def _triton(args: argparse.Namespace) -> int:
     print(
         f"triton ready in {server.started_in_s:.1f}s (pid {server.pid}): http {server.http_url}  "
         f"grpc {server.grpc_url}  metrics {server.metrics_url}\n"
-        f"models from {repo} ({args.precision}); log {server.log}; "
+        f"models from {repo} ({served}); log {server.log}; "
         f"shared memory {Path('/dev/shm') / server.shm_prefix}*; Ctrl-C stops it",
         flush=True,
     )
@@ -130,8 +150,24 @@ def _triton(args: argparse.Namespace) -> int:
         return 0
     finally:
         server.stop()
-        if not args.repo_dir:
+        if staged_in_temp:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _given_repository_refused(args: argparse.Namespace) -> str | None:
+    """Why ``--model-repository`` cannot be served as asked, or None."""
+    if args.repo_dir or args.precision:
+        given = "--repo-dir" if args.repo_dir else "--precision"
+        return f"--model-repository serves its own models; {given} is for the shipped repository"
+    repo = Path(args.model_repository)
+    if not repo.is_dir():
+        return f"--model-repository {repo} is not a folder"
+    if not any(repo.glob("*/config.pbtxt")):
+        return (
+            f"--model-repository {repo} holds no model (no {repo}/<model>/config.pbtxt); a rendered "
+            "one is OUT/triton/model_repository after `turnout deploy render SPEC --target triton --out OUT`"
+        )
+    return None
 
 
 # What ``vllm_server`` itself passes; given twice, vLLM would listen where no one waits for it.
