@@ -91,6 +91,7 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self._header_name = ""
         self._waiter: asyncio.Future[None] | None = None
+        self.lost: asyncio.Future[None] = loop.create_future()  # done once the socket is shut
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -114,6 +115,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self.lost.done():
+            self.lost.set_result(None)
         if self.headers_done and not self.complete and self._ends_at_close():
             self.complete = True  # a body without length or chunks ends when the connection does
             self._wake()
@@ -310,6 +313,7 @@ class UpstreamPool:
         self._open = 0
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+        self._shutting: set[asyncio.Future[None]] = set()  # closed connections whose sockets are not shut yet
 
     async def send(
         self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
@@ -332,12 +336,18 @@ class UpstreamPool:
                 raise
 
     async def close(self) -> None:
+        """Close the idle connections and return once every socket the pool closed is shut (at
+        most 1 s): a caller that then blocks, or stops the upstream, leaves no connection open
+        to it (a ``tritonserver`` waits its whole exit timeout for an open one). A connection
+        still carrying an answer closes when that answer is released."""
         self._closed = True
         while self._idle:
-            self._idle.pop().close()
+            self._close(self._idle.pop())
         for waiter in self._slot_waiters:
             if not waiter.done():
                 waiter.set_exception(ConnectFailed("the pool is closed"))
+        if self._shutting:
+            await asyncio.wait(set(self._shutting), timeout=1.0)
 
     def give_back(self, conn: _Connection) -> None:
         """A connection done with: idle again when its answer was whole, else closed."""
@@ -345,9 +355,16 @@ class UpstreamPool:
             conn.reset()
             self._idle.append(conn)
         else:
-            conn.close()
+            self._close(conn)
             self._open -= 1
         self._wake_one()
+
+    def _close(self, conn: _Connection) -> None:
+        """Close ``conn``; its socket shuts on a later turn of the loop, which :meth:`close` awaits."""
+        conn.close()
+        if not conn.lost.done():
+            self._shutting.add(conn.lost)
+            conn.lost.add_done_callback(self._shutting.discard)
 
     def _wake_one(self) -> None:
         """A connection or a slot is free: the longest waiter may take it."""

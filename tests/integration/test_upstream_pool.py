@@ -264,9 +264,31 @@ async def test_an_abandoned_answer_closes_its_connection() -> None:
             resp = await pool.send("POST", "/s", b"{}")
             assert await anext(resp.iter_chunks())
             resp.release()
+            await pool.close()
+            assert _established_to(up.port) == 0  # closed on release, and shut when close() returns
         finally:
             await pool.close()
     assert up.connections == 2
+
+
+def _established_to(port: int) -> int:
+    """Sockets of this machine in ESTABLISHED whose far end is 127.0.0.1:``port`` (/proc/net/tcp)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for row in rows if row.split()[2] == f"0100007F:{port:04X}" and row.split()[3] == "01")
+
+
+async def test_close_returns_once_its_sockets_are_shut() -> None:
+    """Checked before the loop runs again: a caller that blocks next (stopping a tritonserver,
+    which then waited its exit timeout for the open connection) must find none."""
+    async with upstream(answer_each) as up:
+        pool = pool_for(up.port)
+        answers = [await pool.send("POST", "/x", b"{}") for _ in range(2)]  # two connections
+        for resp in answers:
+            assert await resp.read() == b"echo:{}"
+            resp.release()
+        assert _established_to(up.port) == 2
+        await pool.close()
+        assert _established_to(up.port) == 0
 
 
 async def test_a_cancelled_caller_frees_its_slot() -> None:
