@@ -37,18 +37,22 @@ from tests.integration.triton_fixture import distinct_ports, infer_inputs, sse_e
 
 
 def test_server_and_every_model_ready(triton: TritonServer) -> None:
-    http = httpclient.InferenceServerClient(url=triton.http_url.removeprefix("http://"))
-    grpc = grpcclient.InferenceServerClient(url=triton.grpc_url)
-    assert http.is_server_live() and http.is_server_ready() and grpc.is_server_ready()
-    for name in MODEL_NAMES:
-        assert http.is_model_ready(name) and grpc.is_model_ready(name), name
-    assert grpc.get_model_config("turnout_tiny").config.dynamic_batching.max_queue_delay_microseconds > 0
+    with (
+        httpclient.InferenceServerClient(url=triton.http_url.removeprefix("http://")) as http,
+        grpcclient.InferenceServerClient(url=triton.grpc_url) as grpc,
+    ):
+        assert http.is_server_live() and http.is_server_ready() and grpc.is_server_ready()
+        for name in MODEL_NAMES:
+            assert http.is_model_ready(name) and grpc.is_model_ready(name), name
+        config = grpc.get_model_config("turnout_tiny").config
+    assert config.dynamic_batching.max_queue_delay_microseconds > 0
     assert triton.started_in_s < 80  # the fixture allows 90
 
 
 def test_infer_over_http_answers_the_addition(triton: TritonServer) -> None:
-    client = httpclient.InferenceServerClient(url=triton.http_url.removeprefix("http://"))
-    result = client.infer("turnout_tiny", infer_inputs(httpclient, {"text_input": "03+45=", "max_tokens": 8}))
+    inputs = infer_inputs(httpclient, {"text_input": "03+45=", "max_tokens": 8})
+    with httpclient.InferenceServerClient(url=triton.http_url.removeprefix("http://")) as client:
+        result = client.infer("turnout_tiny", inputs)
     assert text_of(result) == "840"
     assert text_of(result, "finish_reason") == "stop"
     assert int(result.as_numpy("completion_tokens").item()) == 4  # 8 4 0 </s>
@@ -155,12 +159,17 @@ def test_grpc_bidirectional_stream_on_the_decoupled_model(triton: TritonServer) 
                 finished.add(response.id)
     finally:
         client.stop_stream()
+        client.close()
     assert "".join(pieces["0"]) == addition_answer(3, 45) and len(pieces["0"]) >= 3
     assert "".join(pieces["1"]) == addition_answer(27, 68)
 
 
 def test_ensemble_with_tensorrt_llm_tensor_names(triton: TritonServer) -> None:
-    client = httpclient.InferenceServerClient(url=triton.http_url.removeprefix("http://"))
+    with httpclient.InferenceServerClient(url=triton.http_url.removeprefix("http://")) as client:
+        _ensemble_answers(client)
+
+
+def _ensemble_answers(client: httpclient.InferenceServerClient) -> None:
     request = {
         "text_input": "03+45=",
         "max_tokens": 8,
@@ -227,8 +236,9 @@ def test_vllm_backend_shaped_model(triton: TritonServer) -> None:
     assert bad.status_code == 400 and "not supported here: n" in bad.text  # an SSE error event
 
 
-def _stats(client: httpclient.InferenceServerClient) -> tuple[int, int]:
-    stats = client.get_inference_statistics("turnout_tiny")["model_stats"][0]
+def _stats(triton: TritonServer) -> tuple[int, int]:
+    with httpclient.InferenceServerClient(url=triton.http_url.removeprefix("http://")) as client:
+        stats = client.get_inference_statistics("turnout_tiny")["model_stats"][0]
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 
@@ -239,8 +249,7 @@ def _metric(text: str, name: str) -> float:
 
 
 async def test_dynamic_batcher_forms_batches_under_concurrent_load(triton: TritonServer) -> None:
-    sync = httpclient.InferenceServerClient(url=triton.http_url.removeprefix("http://"))
-    before = _stats(sync)
+    before = _stats(triton)
     pairs = [(a, (a * 37 + 11) % 100) for a in range(32)]
     client = httpaio.InferenceServerClient(url=triton.http_url.removeprefix("http://"))
     try:
@@ -256,7 +265,7 @@ async def test_dynamic_batcher_forms_batches_under_concurrent_load(triton: Trito
     finally:
         await client.close()
     assert [text_of(r) for r in results] == [addition_answer(a, b) for a, b in pairs]
-    inferences, executions = (now - then for now, then in zip(_stats(sync), before, strict=True))
+    inferences, executions = (now - then for now, then in zip(_stats(triton), before, strict=True))
     print(f"turnout_tiny: {inferences} inferences in {executions} executions")
     assert inferences == 32
     assert executions < inferences  # some execute() calls got several requests: batches > 1
