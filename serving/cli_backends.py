@@ -115,6 +115,10 @@ def _triton(args: argparse.Namespace) -> int:
     if args.model_repository:
         repo = Path(args.model_repository).resolve()
         served = "as given"
+        missing = _backend_missing(repo, install.server_dir / "backends")
+        if missing is not None:
+            print(f"turnout: --model-repository {args.model_repository}: {missing}", file=sys.stderr)
+            return 2
     else:
         if staged_in_temp:
             work = Path(tempfile.mkdtemp(prefix="turnout-triton-"))
@@ -167,6 +171,26 @@ def _given_repository_refused(args: argparse.Namespace) -> str | None:
             f"--model-repository {repo} holds no model (no {repo}/<model>/config.pbtxt); a rendered "
             "one is OUT/triton/model_repository after `turnout deploy render SPEC --target triton --out OUT`"
         )
+    return None
+
+
+def _backend_missing(repo: Path, backends: Path) -> str | None:
+    """The first model whose backend this tritonserver lacks, said so; None when all are there.
+
+    Without the check, a repository rendered for a GPU engine (TensorRT-LLM, Triton's vLLM
+    backend) left tritonserver neither ready nor exiting until ``--timeout`` ran out."""
+    import re
+
+    have = sorted(path.name for path in backends.iterdir() if path.is_dir()) if backends.is_dir() else []
+    for config in sorted(repo.glob("*/config.pbtxt")):
+        named = re.search(r'^\s*backend:\s*"([^"]+)"', config.read_text(errors="replace"), re.MULTILINE)
+        if named is not None and named[1] not in have:
+            return (
+                f"model {config.parent.name} needs Triton's {named[1]!r} backend, which this CPU "
+                f"tritonserver (nvidia-pytriton) does not have (it has: {', '.join(have) or 'none'}); "
+                "a repository rendered for a GPU engine runs where that backend is, e.g. NVIDIA's "
+                "Triton image, with its run.sh"
+            )
     return None
 
 

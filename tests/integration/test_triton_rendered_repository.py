@@ -6,8 +6,8 @@ serves it as it is in the cached ``tritonserver`` (in the foreground, until Ctrl
 ``turnout serve --config`` gateway with a ``triton`` variant naming the rendered models answers
 the official ``openai`` client from it, whole and streamed. Ctrl-C leaves the rendered
 repository where it was (only a staged copy of the shipped one is removed). Asking for the
-shipped repository's options with it, or naming a folder that holds no model, is refused with
-exit 2 before anything starts.
+shipped repository's options with it, naming a folder that holds no model, or one rendered for
+a GPU engine (a backend this CPU server lacks), is refused with exit 2 before anything starts.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ SPEC = REPO / "deploy" / "examples" / "tiny-cpu.yaml"
 CLI = [sys.executable, "-m", "serving.cli"]
 
 
-def _render(out: Path) -> Path:
+def _render(out: Path, spec: Path = SPEC) -> Path:
     done = subprocess.run(
-        [*CLI, "deploy", "render", str(SPEC), "--target", "triton", "--out", str(out)],
+        [*CLI, "deploy", "render", str(spec), "--target", "triton", "--out", str(out)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -99,3 +99,21 @@ def test_the_shipped_repository_options_and_a_folder_without_models_are_refused(
         assert done.returncode == 2 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_repository_rendered_for_a_gpu_engine_is_refused_naming_the_backend(tmp_path: Path) -> None:
+    """It left tritonserver neither ready nor exiting until ``--timeout`` (120 s) ran out."""
+    triton_install_or_skip()  # the check reads which backends the installed server has
+    http, grpc, metrics = distinct_ports(3)
+    ports = ["--port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    specs = REPO / "tests" / "golden" / "render" / "_specs"
+    for name, model, backend in (
+        ("llama3-8b-triton-trtllm-h100", "tensorrt_llm", "tensorrtllm"),
+        ("llama3-8b-triton-vllm-a100", "llama3-8b-triton-vllm", "vllm"),
+    ):
+        repository = _render(tmp_path / name, specs / f"{name}.yaml")
+        up = [*CLI, "backends", "up", "triton", *ports, "--model-repository", str(repository)]
+        done = subprocess.run(up, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert f"model {model} needs Triton's '{backend}' backend" in done.stderr
+        assert "it has: python" in done.stderr and "Traceback" not in done.stderr
