@@ -192,10 +192,14 @@ class GatewayConfig(BaseModel):
 
     @model_validator(mode="after")
     def _routes_name_known_variants(self) -> GatewayConfig:
-        for route, spec in self.routes.items():
-            found = write_problems(spec, frozenset(self.variants))
-            if found:
-                raise ValueError(f"routes.{route}.{found[0]}")
+        # Every route's every problem, one line each, so one start-up names them all.
+        found = [
+            f"routes.{route}.{problem}"
+            for route, spec in self.routes.items()
+            for problem in write_problems(spec, frozenset(self.variants))
+        ]
+        if found:
+            raise ValueError("\n  ".join(found))
         return self
 
 

@@ -120,6 +120,20 @@ def test_a_whole_config_check_reads_without_a_placeholder_path(tmp_path: Path) -
     assert "\n  routes.tiny.targets" in str(caught.value), str(caught.value)
 
 
+def test_every_route_problem_is_named_at_once(tmp_path: Path) -> None:
+    """A start-up names them all, not the first route's first one: one fix, one restart."""
+    text = GOOD.replace("{variant: local}", "{variant: nowhere}") + (
+        "  other: {targets: [{variant: local}], fallbacks: [gone], shadows: [{variant: lost}]}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    lines = str(caught.value).splitlines()[1:]
+    assert lines[0].startswith("  routes.tiny.targets.0.variant: unknown variant 'nowhere'"), lines
+    assert lines[1].startswith("  routes.other.shadows.0.variant: unknown variant 'lost'"), lines
+    assert lines[2].startswith("  routes.other.fallbacks.0: unknown variant 'gone'"), lines
+    assert len(lines) == 3, lines
+
+
 def test_a_yaml_error_points_into_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "variants: [\n")
     with pytest.raises(ConfigError) as caught:
