@@ -26,6 +26,7 @@ from typing import Any
 
 from deploy import accelerators
 from deploy.accelerators import Accelerator
+from evals.report_notes import notes
 
 MAX_ERROR_RATE = 0.01  # a load run with more failed requests gives no speed or cost ratio
 
@@ -56,6 +57,8 @@ class Row:
     # Its eval figures come from an eval of a split route: only from the prompts it served there
     # (none from an older run that did not keep them apart).
     split_eval: bool = False
+    # Its agreement was measured against a split reference route: the mix of these variants.
+    mixed_reference: tuple[str, ...] = ()
 
     @property
     def lower_is_better(self) -> bool:
@@ -136,6 +139,12 @@ def _served(run: Mapping[str, Any]) -> set[str]:
     return set(run.get("variants") or {}) - {"?"}
 
 
+def split_reference(agreement: Mapping[str, Any] | None) -> list[str]:
+    """The variants that answered as the reference when more than one did (a split route), else []."""
+    served = [name for name in (agreement or {}).get("reference_variants") or [] if name != "?"]
+    return served if len(served) > 1 else []
+
+
 def _eval_of(variant: str, run: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, bool]:
     """(the block with ``variant``'s ``tasks`` and ``agreement`` in an eval run, or None when the
     run did not measure it; whether the run was of a split route that ``variant`` served part of).
@@ -171,6 +180,7 @@ def join(
             shared = len([name for name in run["per_variant"] if name != "?"]) > 1
             errors, label, request = _error_rate(run), _load_label(run), _request(run)
     accuracy, interval, agreement, metric = None, None, None, "accuracy"
+    mixed_reference: tuple[str, ...] = ()
     own: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
     split: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
     for measured in evals:
@@ -188,6 +198,7 @@ def join(
         # n 0: none measured (older summaries wrote its value as 0.0), not 0% agreement
         if exact.get("value") is not None and exact.get("n") != 0:
             agreement = exact["value"]
+            mixed_reference = tuple(split_reference(block.get("agreement")))
         accelerator = accelerator or (source.get("variants", {}).get(variant) or {}).get("accelerator")
     tokens = load_stats["output_tokens_per_s"] if load_stats else None
     return Row(
@@ -199,6 +210,7 @@ def join(
         tokens_per_s=tokens, accelerator=accelerator,
         usd_per_m_tokens=None if shared else cost_per_million(accelerator, tokens, catalog),
         shared_run=shared, metric=metric, error_rate=errors, load=label, split_eval=split_eval,
+        mixed_reference=mixed_reference,
         request=request, has_load=load_stats is not None,
     )  # fmt: skip
 
@@ -258,41 +270,6 @@ def verdict(row: Row, baseline: Row, budget_pt: float) -> str:
     return f"{row.variant}: {', '.join(parts)}: {judged}"
 
 
-SHARED_NOTE = (
-    "\n† measured in one load run with other variants (a split route): its tokens/s and req/s are "
-    "its share of the traffic, not its speed; cost per million tokens and speed ratios need a "
-    "run of its own (`turnout loadtest --variant`)."
-)
-
-SPLIT_EVAL_NOTE = (
-    "\n§ scored in an eval of a split route: only on the prompts it served there (its n is theirs), "
-    "or not at all from a run that did not record which variant served each prompt; an eval of "
-    "its own (`turnout eval --model VARIANT`) scores it on every prompt."
-)
-
-
-def unpriced_note(rows: Sequence[Row]) -> list[str]:
-    """A line naming accelerators that were measured but have no price in the catalog."""
-    names = sorted(
-        {r.accelerator for r in rows if r.accelerator and r.tokens_per_s and not r.shared_run}
-        - {r.accelerator for r in rows if r.usd_per_m_tokens is not None}
-    )
-    unknown = [name for name in names if name not in accelerators.names()]
-    if not unknown:
-        return []
-    return [
-        f"\n‡ no price for accelerator {', '.join(unknown)}: not in the catalog "
-        f"({', '.join(accelerators.names())}); name one of those in the variant's `accelerator` "
-        f"(the file ${accelerators.PRICES_ENV} names can change their prices)."
-    ]
-
-
-def notes(rows: Sequence[Row]) -> list[str]:
-    """The notes under the table: what †, § and ‡ mean, for those the rows use."""
-    shared = [SHARED_NOTE] if any(r.shared_run for r in rows) else []
-    return shared + ([SPLIT_EVAL_NOTE] if any(r.split_eval for r in rows) else []) + unpriced_note(rows)
-
-
 def _f(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -312,7 +289,8 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
         [r.variant + (" †" if r.shared_run else "") + (" §" if r.split_eval else ""),
          _figure(r, r.accuracy),
          f"{_figure(r, r.accuracy_ci[0])}–{_figure(r, r.accuracy_ci[1])}" if r.accuracy_ci else "-",
-         _f(r.agreement and 100 * r.agreement, ".1f") + ("%" if r.agreement is not None else ""),
+         _f(r.agreement and 100 * r.agreement, ".1f") + ("%" if r.agreement is not None else "")
+         + (" ¶" if r.mixed_reference else ""),
          _f(r.ttft_p50_ms, ".1f"), _f(r.ttft_p99_ms, ".1f"), _f(r.itl_p50_ms, ".2f"),
          _f(r.req_per_s, ".1f"), _f(r.tokens_per_s, ".0f"),
          _f(r.error_rate and 100 * r.error_rate, ".1f") + ("%" if r.error_rate is not None else ""),

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from evals.datasets import Dataset, shipped
 from evals.metrics import Scoring, bootstrap_ci, match, mean, wilson_ci
+from evals.report import split_reference
 from loadtests.runner import variant_facts
 
 Result = TypeVar("Result")
@@ -111,8 +112,8 @@ async def _task(client: httpx.AsyncClient, run: EvalRun, task: str, bar: tqdm) -
                       "expected": row["answer"], "output": output, "variant": variant,
                       "correct": match(output, row["answer"], scoring)}  # fmt: skip
             if run.reference:
-                reference, _ = await _generate(client, run, run.reference, row["prompt"], max_tokens)
-                record["reference_output"] = reference
+                reference, served = await _generate(client, run, run.reference, row["prompt"], max_tokens)
+                record.update(reference_output=reference, reference_variant=served)
                 record["agree"] = output == reference
             bar.update(1)
             return record
@@ -192,11 +193,11 @@ async def _top1_agreement(client: httpx.AsyncClient, run: EvalRun, bar: tqdm) ->
     async def one(row: dict[str, Any]) -> dict[str, Any]:
         async with gate:
             _, _, variant, mine = await _logprobs(client, run.model, row["text"], top=1)
-            _, _, _, theirs = await _logprobs(client, run.reference or "", row["text"], top=1)
+            _, _, served, theirs = await _logprobs(client, run.reference or "", row["text"], top=1)
             bar.update(1)
             agreed = sum(a == b for a, b in zip(mine, theirs, strict=True))
             record = {"task": "top1", "id": row["id"], "agreed": agreed, "positions": len(mine)}
-            return {**record, "variant": variant}
+            return {**record, "variant": variant, "reference_variant": served}
 
     return await _all(one(row) for row in rows)
 
@@ -259,7 +260,10 @@ def _scores(run: EvalRun, records: list[dict[str, Any]]) -> tuple[dict[str, Any]
     if run.reference:
         agreed = [float(r["agree"]) for r in records if "agree" in r]
         top1 = [r for r in records if r["task"] == "top1"]
-        agreement = {"reference": run.reference, "exact_output_agreement": _interval(agreed, run.seed + 1),
+        # Which variants answered as the reference: more than one when it is a split route.
+        served = sorted({r["reference_variant"] for r in records if "reference_variant" in r})
+        agreement = {"reference": run.reference, "reference_variants": served,
+                     "exact_output_agreement": _interval(agreed, run.seed + 1),
                      "top1_token_agreement": _top1(top1, run.seed + 2)}  # fmt: skip
     return tasks, agreement
 
@@ -314,6 +318,11 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                 low, high = figures["ci95"]
                 lines.append(f"{label} agreement with {agreement['reference']}: {figures['value']:.1%} "
                              f"({low:.1%}–{high:.1%}, n={figures['n']})  ")  # fmt: skip
+        mixed = split_reference(agreement)
+        if mixed:
+            lines += ["", f"**{agreement['reference']} is a split route**: its answers came from "
+                      f"{', '.join(mixed)}, so the agreement is with that mix, not one variant. "
+                      "Name one variant (or a route with one target) as `--reference`."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -48,6 +48,7 @@ def test_int4_agreement_with_fp32_is_reported_with_an_interval(eval_dirs: dict[s
     agreement = summary["agreement"]["exact_output_agreement"]
     print(f"int4 vs fp32 exact-output agreement: {agreement}")
     assert agreement["n"] == 120 and 0.5 < agreement["value"] <= 1.0
+    assert summary["agreement"]["reference_variants"] == ["turnout-tiny"]  # from x-turnout-variant
     assert agreement["ci95"][0] <= agreement["value"] <= agreement["ci95"][1]
     top1 = summary["agreement"]["top1_token_agreement"]
     print(f"int4 vs fp32 top-1 token agreement: {top1}")

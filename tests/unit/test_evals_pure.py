@@ -15,9 +15,9 @@ from evals.report import (
     join,
     markdown,
     table_rows,
-    unpriced_note,
     verdict,
 )
+from evals.report_notes import unpriced_note
 from evals.runner import echoed_extras
 
 
@@ -290,6 +290,36 @@ def test_an_agreement_nothing_measured_is_shown_as_not_measured() -> None:
     assert row.agreement is None and table_rows([row])[1][3] == "-"
     older = {**summary, "agreement": {"exact_output_agreement": {"value": 0.0, "ci95": [0.0, 0.0], "n": 0}}}
     assert join("int4", [], [older], "text").agreement is None  # what summaries wrote before
+
+
+def test_an_agreement_with_a_split_reference_route_says_it_is_a_mix() -> None:
+    """A reference route that split its traffic answered from several variants: the agreement is
+    with their mix, which summary.md and the comparison report both say, naming them."""
+    from evals.runner import EvalRun, summarize, summary_markdown
+
+    run = EvalRun("http://x", "int4", ("addition",), Path("out"), reference="tiny")
+    records = [
+        {"task": "addition", "dataset": "addition@1", "variant": "int4", "correct": True, "agree": True,
+         "reference_variant": served}
+        for served in ("fp32", "int8", "fp32")
+    ]  # fmt: skip
+    top1 = {"task": "top1", "variant": "int4", "agreed": 3, "positions": 4, "reference_variant": "fp32"}
+    records.append(top1)
+    summary = summarize(run, records, {}, "now")
+    assert summary["agreement"]["reference_variants"] == ["fp32", "int8"]
+    assert "**tiny is a split route**: its answers came from fp32, int8" in summary_markdown(summary)
+    row = join("int4", [], [summary], "addition")
+    assert row.mixed_reference == ("fp32", "int8") and table_rows([row])[1][3] == "100.0% ¶"
+    assert "¶ agreement measured against a split reference route" in markdown([row], [], "addition", [])
+    assert "int4 (against fp32, int8)" in markdown([row], [], "addition", [])
+
+    one = [{**r, "reference_variant": "fp32"} for r in records]  # one variant answered: no mark
+    alone = summarize(run, one, {}, "now")
+    assert alone["agreement"]["reference_variants"] == ["fp32"] and "split" not in summary_markdown(alone)
+    assert join("int4", [], [alone], "addition").mixed_reference == ()
+    # no x-turnout-variant (a vLLM target): "?" is no variant of its own
+    unknown = summarize(run, [{**r, "reference_variant": "?"} for r in records], {}, "now")
+    assert "split" not in summary_markdown(unknown)
 
 
 def test_every_reference_answer_fits_its_tasks_max_tokens() -> None:
