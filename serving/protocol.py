@@ -23,7 +23,9 @@ MAX_PROMPTS = 256  # prompts in one /v1/completions request (each becomes one ch
 
 
 class WireModel(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    # NaN and Infinity (which the JSON parser takes, as it does 1e999) are refused as not finite,
+    # not as "above 2", which read as if the value were merely too large.
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
 class StreamOptions(WireModel):
@@ -103,7 +105,9 @@ class SamplingFields(WireModel):
                 code="unsupported_value",
             )
         if isinstance(self.stop, list) and len(self.stop) > _MAX_STOP_SEQUENCES:
-            raise ClientError(f"at most {_MAX_STOP_SEQUENCES} stop sequences", param="stop")
+            raise ClientError(
+                f"at most {_MAX_STOP_SEQUENCES} stop sequences", param="stop", code="invalid_value"
+            )
         if extra:
             logprob_options(self.kind, extra)  # logprobs / top_logprobs / echo: a 400 naming it
 

@@ -93,6 +93,13 @@ CASES: list[tuple[str, str, Any, int, str | None]] = [
         400,
         "temperature",
     ),
+    (
+        "temperature NaN",
+        CHAT,
+        b'{"model": "turnout-tiny", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
+        400,
+        "temperature",
+    ),
     ("top_p zero", CHAT, {"model": "turnout-tiny", "messages": OK_MESSAGES, "top_p": 0}, 400, "top_p"),
     ("n above one", CHAT, {"model": "turnout-tiny", "messages": OK_MESSAGES, "n": 2}, 400, "n"),
     (
@@ -217,6 +224,28 @@ def test_bad_input_gets_openai_error(
     # ...and the server keeps serving.
     ok = httpx.post(gateway_url + COMPLETIONS, json={"model": "turnout-tiny", "prompt": "1", "max_tokens": 1})
     assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+def test_a_float_that_is_not_finite_is_refused_as_such(gateway_url: str, value: bytes) -> None:
+    """Python's JSON takes NaN and Infinity, and 1e999 overflows to inf: each is a 400 naming the
+    field as not finite, not as out of range."""
+    body = b'{"model": "turnout-tiny", "messages": [{"role": "user", "content": "1+1="}], "temperature": '
+    reply = httpx.post(
+        gateway_url + CHAT, content=body + value + b"}", headers={"content-type": "application/json"}
+    )
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert (error["message"], error["param"]) == (
+        "temperature: Input should be a finite number",
+        "temperature",
+    )
+
+
+def test_too_many_stop_sequences_carry_a_code(gateway_url: str) -> None:
+    body = {"model": "turnout-tiny", "messages": OK_MESSAGES, "stop": ["a", "b", "c", "d", "e"]}
+    error = httpx.post(gateway_url + CHAT, json=body).json()["error"]
+    assert (error["param"], error["code"]) == ("stop", "invalid_value"), error
 
 
 @pytest.mark.parametrize(("method", "path", "status"), [("GET", "/nope", 404), ("GET", CHAT, 405)])
