@@ -174,8 +174,19 @@ def _given_repository_refused(args: argparse.Namespace) -> str | None:
     return None
 
 
+# Triton's platform names and the backend each is served by.
+_PLATFORM_BACKENDS = {
+    "onnxruntime_onnx": "onnxruntime",
+    "tensorrt_plan": "tensorrt",
+    "pytorch_libtorch": "pytorch",
+    "tensorflow_graphdef": "tensorflow",
+    "tensorflow_savedmodel": "tensorflow",
+}
+
+
 def _backend_missing(repo: Path, backends: Path) -> str | None:
-    """The first model whose backend this tritonserver lacks, said so; None when all are there.
+    """The first model whose backend (named, or implied by its ``platform``) this tritonserver
+    lacks, said so; None when all are there.
 
     Without the check, a repository rendered for a GPU engine (TensorRT-LLM, Triton's vLLM
     backend) left tritonserver neither ready nor exiting until ``--timeout`` ran out."""
@@ -183,13 +194,17 @@ def _backend_missing(repo: Path, backends: Path) -> str | None:
 
     have = sorted(path.name for path in backends.iterdir() if path.is_dir()) if backends.is_dir() else []
     for config in sorted(repo.glob("*/config.pbtxt")):
-        named = re.search(r'^\s*backend:\s*"([^"]+)"', config.read_text(errors="replace"), re.MULTILINE)
-        if named is not None and named[1] not in have:
+        text = config.read_text(errors="replace")
+        named = re.search(r'^\s*backend:\s*"([^"]+)"', text, re.MULTILINE)
+        platform = re.search(r'^\s*platform:\s*"([^"]+)"', text, re.MULTILINE)
+        # A model may name its framework by platform instead; "ensemble" is built in.
+        needed = named[1] if named else _PLATFORM_BACKENDS.get(platform[1], platform[1]) if platform else None
+        if needed is not None and needed != "ensemble" and needed not in have:
             return (
-                f"model {config.parent.name} needs Triton's {named[1]!r} backend, which this CPU "
+                f"model {config.parent.name} needs Triton's {needed!r} backend, which this CPU "
                 f"tritonserver (nvidia-pytriton) does not have (it has: {', '.join(have) or 'none'}); "
-                "a repository rendered for a GPU engine runs where that backend is, e.g. NVIDIA's "
-                "Triton image, with its run.sh"
+                "such a repository runs where that backend is, e.g. NVIDIA's Triton image (one "
+                "rendered for a GPU engine with its run.sh)"
             )
     return None
 

@@ -117,3 +117,20 @@ def test_a_repository_rendered_for_a_gpu_engine_is_refused_naming_the_backend(tm
         assert done.returncode == 2, done.stderr
         assert f"model {model} needs Triton's '{backend}' backend" in done.stderr
         assert "it has: python" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_model_that_names_its_framework_by_platform_is_checked_too(tmp_path: Path) -> None:
+    """``platform: "onnxruntime_onnx"`` needs the onnxruntime backend as surely as ``backend:``
+    would; an ensemble's platform is built in and needs none."""
+    triton_install_or_skip()
+    repository = tmp_path / "repo"
+    for model, platform in (("pipeline", "ensemble"), ("scorer", "onnxruntime_onnx")):
+        (repository / model / "1").mkdir(parents=True)
+        (repository / model / "config.pbtxt").write_text(f'name: "{model}"\nplatform: "{platform}"\n')
+    http, grpc, metrics = distinct_ports(3)
+    ports = ["--port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    up = [*CLI, "backends", "up", "triton", *ports, "--model-repository", str(repository)]
+    done = subprocess.run(up, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "model scorer needs Triton's 'onnxruntime' backend" in done.stderr, done.stderr
+    assert "pipeline" not in done.stderr and "Traceback" not in done.stderr
