@@ -197,9 +197,13 @@ def _backend_missing(repo: Path, backends: Path) -> str | None:
         text = config.read_text(errors="replace")
         named = re.search(r'^\s*backend:\s*"([^"]+)"', text, re.MULTILINE)
         platform = re.search(r'^\s*platform:\s*"([^"]+)"', text, re.MULTILINE)
-        # A model may name its framework by platform instead; "ensemble" is built in.
-        needed = named[1] if named else _PLATFORM_BACKENDS.get(platform[1], platform[1]) if platform else None
-        if needed is not None and needed != "ensemble" and needed not in have:
+        if named is not None:
+            needed = named[1]
+        elif platform is not None:  # a model may name its framework by platform instead
+            needed = _PLATFORM_BACKENDS.get(platform[1], platform[1])
+        else:
+            continue
+        if needed != "ensemble" and needed not in have:  # an ensemble is built into the server
             return (
                 f"model {config.parent.name} needs Triton's {needed!r} backend, which this CPU "
                 f"tritonserver (nvidia-pytriton) does not have (it has: {', '.join(have) or 'none'}); "
