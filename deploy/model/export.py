@@ -45,6 +45,9 @@ def save_hf_folder(model: LlamaForCausalLM, tokenizer: Tokenizer, out_dir: Path)
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     model.save_pretrained(out_dir)
+    # transformers writes the weights through a temporary file, so owner-only (0600): readable
+    # by every user, as the other files are, so an engine running as another user can load it.
+    (out_dir / "model.safetensors").chmod(0o644)
     ids = special_token_ids(tokenizer)
     generation_config = {
         "bos_token_id": ids["bos"],

@@ -1,5 +1,9 @@
 """The deterministic recipe behind ``turnout model build``: tokenizer → training → export → evaluation.
 
+Deterministic on one kind of CPU: two builds there are byte-identical, but torch's float kernels
+differ by instruction set, so training elsewhere lands on a different model (``build_info.json``
+records the CPU). The export alone is the same everywhere.
+
 ``build(out_dir)`` writes ``<out_dir>/turnout-tiny/{hf,fp32,int8,int4}/`` plus ``build_info.json``
 (the layout ``deploy.model.artifacts`` reads). It builds into a staging folder and swaps it in
 only when everything succeeded, so a failed build never leaves the shipped model half-written.
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import platform
 import shutil
 import time
 from collections.abc import Sequence
@@ -23,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime_genai as og
+import torch
 
 from deploy.model import artifacts, tasks
 from deploy.model.export import build_onnx, save_hf_folder
@@ -195,6 +201,9 @@ def _build_into(model_root: Path, quick: bool, seed: int) -> dict[str, float]:
         "versions": {
             name: version(name) for name in ("torch", "transformers", "tokenizers", "onnxruntime-genai")
         },
+        # Training is repeatable on one kind of CPU only: torch's float kernels differ by
+        # instruction set, so a build elsewhere trains (and quantizes) to a different model.
+        "cpu": {"machine": platform.machine(), "torch_capability": torch.backends.cpu.get_cpu_capability()},
     }
     (model_root / artifacts.BUILD_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return onnx_figures
@@ -215,10 +224,16 @@ def _report(figures: dict[str, float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="turnout model build",
-        description="Re-create the shipped model deterministically: tokenizer, training, export "
-        "(Hugging Face folder, ONNX fp32/int8/int4) and evaluation. Needs turnout[model].",
+        description="Re-create the shipped model: tokenizer, training, export (Hugging Face folder, "
+        "ONNX fp32/int8/int4) and evaluation. Repeatable byte for byte on the same kind of CPU; on "
+        "another, torch's float kernels train to a different model. Needs turnout[model].",
     )
-    parser.add_argument("--out", type=Path, default=artifacts.ARTIFACTS_DIR, help="artifacts root folder")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=artifacts.ARTIFACTS_DIR,
+        help="artifacts root folder (default: the shipped model's, which the build replaces)",
+    )
     parser.add_argument("--quick", action="store_true", help="train a few steps only (pipeline check)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

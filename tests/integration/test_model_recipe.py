@@ -32,6 +32,11 @@ def test_quick_build_writes_every_folder(quick_build: Path) -> None:
     assert sorted(p.name for p in model_root.iterdir()) == ["build_info.json", "fp32", "hf", "int4", "int8"]
     info = json.loads((model_root / "build_info.json").read_text())
     assert info["quick"] is True and info["parameters"] > 100_000
+    # what training is repeatable on: the same kind of CPU (torch's float kernels differ by ISA)
+    capabilities = {"DEFAULT", "AVX2", "AVX512", "SVE256"}
+    assert info["cpu"]["machine"] and info["cpu"]["torch_capability"] in capabilities
+    # transformers writes the weights owner-only; an engine running as another user must read them
+    assert (artifacts.hf_dir(root=quick_build) / "model.safetensors").stat().st_mode & 0o777 == 0o644
     for precision in artifacts.PRECISIONS:
         folder = artifacts.onnx_dir(precision, root=quick_build)
         names = {p.name for p in folder.iterdir()}
