@@ -232,10 +232,32 @@ def parse_config(data: object, source: str = "<config>", base_dir: Path | None =
     try:
         return GatewayConfig.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
     except ValidationError as exc:
-        raise _invalid(source, exc) from None
+        raise _invalid(source, exc, _route_problems_besides(exc, data)) from None
 
 
-def _invalid(source: str, exc: ValidationError) -> ConfigError:
+def _route_problems_besides(exc: ValidationError, data: object) -> list[str]:
+    """What the whole-config check would say of the routes that parsed, when a field error kept
+    it from running (pydantic runs it only on a valid model): one start-up names both kinds.
+
+    Variants are known by name even when their settings are invalid. A config with ``specs:``
+    is left out: which names its specs declare needs them loaded."""
+    if any(not error["loc"] for error in exc.errors()):  # the check did run
+        return []
+    if not isinstance(data, dict) or "specs" in data or not isinstance(data.get("routes"), dict):
+        return []
+    variants = data.get("variants")
+    known = frozenset(variants) if isinstance(variants, dict) else frozenset()
+    found = []
+    for name, raw in data["routes"].items():
+        try:
+            spec = RouteSpec.model_validate(raw)
+        except ValidationError:  # its own field errors are already listed
+            continue
+        found += [f"routes.{name}.{problem}" for problem in write_problems(spec, known)]
+    return found
+
+
+def _invalid(source: str, exc: ValidationError, more: list[str] | None = None) -> ConfigError:
     """One line per error: the field path (as in the YAML) and the reason."""
     lines = [f"{source}: invalid gateway config"]
     for error in exc.errors():
@@ -245,6 +267,7 @@ def _invalid(source: str, exc: ValidationError) -> ConfigError:
             message = unknown_key_message(GatewayConfig, error["loc"])
         # A whole-config check (a route naming an unknown variant) names its field itself.
         lines.append(f"  {where}: {message}" if where else f"  {message}")
+    lines += [f"  {problem}" for problem in more or []]
     return ConfigError("\n".join(lines))
 
 

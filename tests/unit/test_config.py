@@ -134,6 +134,24 @@ def test_every_route_problem_is_named_at_once(tmp_path: Path) -> None:
     assert len(lines) == 3, lines
 
 
+def test_a_field_error_does_not_hide_the_routes_unknown_variants(tmp_path: Path) -> None:
+    """pydantic runs the whole-config check only on a valid model; the routes that parsed are
+    still checked, so one start-up names a bad port and a wrong variant name alike."""
+    text = GOOD.replace("port: 9000", "port: 70000").replace("precision: int8", "precision: int3")
+    text = text.replace("{variant: local}", "{variant: nowhere}")
+    text += "  other: {targets: [{variant: remote, weight: -1}], fallbacks: [gone]}\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    lines = str(caught.value).splitlines()[1:]
+    assert lines == [
+        "  server.port: Input should be less than or equal to 65535",
+        "  variants.local.precision: Input should be 'fp32', 'int8' or 'int4'",
+        "  routes.other.targets.0.weight: Input should be greater than or equal to 0",
+        # "local" is known by name though its settings are wrong; "other" did not parse
+        "  routes.tiny.targets.0.variant: unknown variant 'nowhere' (known: local, remote)",
+    ], lines
+
+
 def test_a_yaml_error_points_into_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "variants: [\n")
     with pytest.raises(ConfigError) as caught:
