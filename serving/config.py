@@ -246,7 +246,7 @@ def _route_problems_besides(exc: ValidationError, data: object) -> list[str]:
     if not isinstance(data, dict) or "specs" in data or not isinstance(data.get("routes"), dict):
         return []
     variants = data.get("variants")
-    known = frozenset(variants) if isinstance(variants, dict) else frozenset()
+    known = frozenset(str(name) for name in variants) if isinstance(variants, dict) else frozenset()
     found = []
     for name, raw in data["routes"].items():
         try:

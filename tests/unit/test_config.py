@@ -150,6 +150,12 @@ def test_a_field_error_does_not_hide_the_routes_unknown_variants(tmp_path: Path)
         # "local" is known by name though its settings are wrong; "other" did not parse
         "  routes.tiny.targets.0.variant: unknown variant 'nowhere' (known: local, remote)",
     ], lines
+    # a variant named by a number (YAML reads it as an int) is one name among the others
+    numbered = "server: {port: 70000}\nvariants: {1: {kind: embedded}}\n"
+    numbered += "routes: {r: {targets: [{variant: b}]}}\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, numbered))
+    assert "routes.r.targets.0.variant: unknown variant 'b' (known: 1)" in str(caught.value)
 
 
 def test_a_yaml_error_points_into_the_file(tmp_path: Path) -> None:
