@@ -7,6 +7,7 @@ default config serves the shipped model in its three precisions.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -192,12 +193,7 @@ class GatewayConfig(BaseModel):
 
     @model_validator(mode="after")
     def _routes_name_known_variants(self) -> GatewayConfig:
-        # Every route's every problem, one line each, so one start-up names them all.
-        found = [
-            f"routes.{route}.{problem}"
-            for route, spec in self.routes.items()
-            for problem in write_problems(spec, frozenset(self.variants))
-        ]
+        found = _route_problems(self.routes, frozenset(self.variants))
         if found:
             raise ValueError("\n  ".join(found))
         return self
@@ -247,14 +243,18 @@ def _route_problems_besides(exc: ValidationError, data: object) -> list[str]:
         return []
     variants = data.get("variants")
     known = frozenset(str(name) for name in variants) if isinstance(variants, dict) else frozenset()
-    found = []
+    parsed = {}
     for name, raw in data["routes"].items():
-        try:
-            spec = RouteSpec.model_validate(raw)
-        except ValidationError:  # its own field errors are already listed
-            continue
-        found += [f"routes.{name}.{problem}" for problem in write_problems(spec, known)]
-    return found
+        with contextlib.suppress(ValidationError):  # its own field errors are already listed
+            parsed[name] = RouteSpec.model_validate(raw)
+    return _route_problems(parsed, known)
+
+
+def _route_problems(routes: dict[Any, RouteSpec], known: frozenset[str]) -> list[str]:
+    """Every route's every problem, one line each, so one start-up names them all."""
+    return [
+        f"routes.{name}.{problem}" for name, spec in routes.items() for problem in write_problems(spec, known)
+    ]
 
 
 def _invalid(source: str, exc: ValidationError, more: list[str] | None = None) -> ConfigError:
