@@ -78,7 +78,11 @@ class SamplingFields(WireModel):
         if max_tokens is not None and max_tokens < 1 and not scoring:
             raise ClientError(
                 f"{max_tokens_field} must be at least 1, got {max_tokens}"
-                + (" (0 only scores the prompt, with echo: true)" if max_tokens == 0 else ""),
+                + (
+                    " (0 only scores the prompt, with echo: true)"
+                    if max_tokens == 0 and self.kind == "completion"
+                    else ""
+                ),
                 param=max_tokens_field,
                 code="invalid_value",
             )

@@ -19,7 +19,6 @@ from functools import partial
 from typing import Any, TypeVar
 
 import orjson
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -28,6 +27,7 @@ from backends.base import Chunk, Completion, GenerateRequest, Usage
 from serving import sse
 from serving.api.errors import client_request_id, error_response
 from serving.api.state import AppState
+from serving.api.wire_errors import parse_wire
 from serving.errors import (
     ClientClosedRequest,
     ClientError,
@@ -39,10 +39,9 @@ from serving.errors import (
     TurnoutError,
 )
 from serving.gateway import SIBLING_FAILED, Routed
-from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from serving.protocol import ChatCompletionRequest, CompletionRequest
 
 log = logging.getLogger("turnout")
-Wire = TypeVar("Wire", bound=SamplingFields)
 Result = TypeVar("Result")
 _FANOUT = 16  # prompts of one /v1/completions batch in flight at once
 # A request to an upstream (non-streamed, or a stream before its first chunk) is watched for its
@@ -98,31 +97,6 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> by
         parts.append(part)
         if not message.get("more_body", False):
             return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none"})
-
-
-def _is_union_tag(part: int | str) -> bool:
-    """pydantic names the union member in an error location (``content.str``); users don't."""
-    return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part or part.startswith("function-"))
-
-
-def parse_wire(model: type[Wire], body: bytes) -> Wire:
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        if error["type"] == "json_invalid":
-            raise ClientError(
-                "We could not parse the JSON body of your request: " + error["msg"], code="invalid_json"
-            ) from None
-        param = ".".join(str(part) for part in error["loc"] if not _is_union_tag(part)) or None
-        if error["type"] == "model_type":
-            message = "the request body must be a JSON object"
-        else:
-            message = f"{param}: {error['msg']}" if param else error["msg"]
-        raise ClientError(message, param=param, code="invalid_value") from None
 
 
 class _RequestIds:

@@ -345,3 +345,8 @@ def test_a_mistyped_model_gets_a_suggestion_and_max_tokens_0_points_at_echo(gate
     zero_tokens = {"model": "turnout-tiny", "prompt": "1", "max_tokens": 0}
     zero = httpx.post(gateway_url + COMPLETIONS, json=zero_tokens)
     assert zero.status_code == 400 and "with echo: true" in zero.json()["error"]["message"]
+    # chat has no echo, so its refusal does not point at one
+    chat_zero = httpx.post(
+        gateway_url + CHAT, json={"model": "turnout-tiny", "messages": OK_MESSAGES, "max_tokens": 0}
+    )
+    assert chat_zero.json()["error"]["message"] == "max_tokens must be at least 1, got 0"
