@@ -23,7 +23,7 @@ from typing import Any
 import gevent
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 
-from loadtests.scenarios import Scenario, users_at
+from loadtests.scenarios import Scenario, spawn_rate, users_at
 from loadtests.shapes import RequestShape, prompt_of
 from loadtests.stats import Record, Slo, failure_kind, step_figures, truncated
 
@@ -220,7 +220,7 @@ class ScenarioShape(LoadTestShape):
         if SCENARIO.name == "ramp" and not self._judge(elapsed):
             return None
         users = users_at(SCENARIO, elapsed)
-        return None if users is None else (users, max(1.0, float(users)))
+        return None if users is None else (users, spawn_rate(SCENARIO))
 
     def _judge(self, elapsed: float) -> bool:
         """At each step boundary, judge the step that ended (records from its second half on)."""

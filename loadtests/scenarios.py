@@ -50,3 +50,10 @@ def users_at(scenario: Scenario, elapsed: float) -> int | None:
         base = max(1, scenario.users // 4)
         return scenario.users if scenario.duration_s / 3 <= elapsed < 2 * scenario.duration_s / 3 else base
     return scenario.users
+
+
+def spawn_rate(scenario: Scenario) -> float:
+    """Users started (or stopped) a second: the scenario's peak, so that any change it asks for
+    is made within the one-second tick. Locust stops users at the spawn rate too, so a rate of
+    the users wanted now made a spike's fall from 16 users to 4 take three seconds at 4 a second."""
+    return max(1.0, float(scenario.users))

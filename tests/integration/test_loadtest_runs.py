@@ -141,6 +141,20 @@ def test_a_ramp_stops_at_the_first_step_over_its_slo(split: Launched, tmp_path: 
     assert json.loads((tmp_path / "summary.json").read_text())["duration_s"] < 6
 
 
+def test_a_spike_falls_back_at_once(split: Launched, tmp_path: Path) -> None:
+    """8 users for the middle third, 2 on either side. Locust stops users at the spawn rate, so
+    with a rate of the users wanted (2) the fall took three seconds (8, 6, 4 in locust's history)."""
+    done = loadtest("--target", split.url, "--route", "ab", "--scenario", "spike", "--users", "8",
+                    "--duration", "6s", "--no-stream", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = (tmp_path / "locust_stats_history.csv").read_text().splitlines()[1:]
+    counts = [int(row.split(",")[1]) for row in rows if row.split(",")[3] == "Aggregated"]
+    assert 8 in counts, counts
+    after_peak = counts[len(counts) - counts[::-1].index(8) :]
+    assert after_peak and sum(1 for users in after_peak if 2 < users < 8) <= 1, counts
+    assert 2 in after_peak, counts
+
+
 def test_compare_prints_a_table_and_writes_a_chart(split: Launched, tmp_path: Path) -> None:
     for name in ("one", "two"):
         done = loadtest("--target", split.url, "--route", "ab", "--users", "2", "--duration", "2s",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadtests.report import compare_table, summary_markdown
-from loadtests.scenarios import Scenario, users_at
+from loadtests.scenarios import Scenario, spawn_rate, users_at
 from loadtests.shapes import ShapeError, parse_shape
 from loadtests.stats import (
     Record,
@@ -69,6 +69,23 @@ def test_scenarios_are_bounded_in_time_and_users() -> None:
     assert [users_at(ramp, t) for t in (0, 5, 10, 15, 20)] == [2, 4, 6, 7, None]
     spike = Scenario("spike", 16, 30.0)
     assert [users_at(spike, t) for t in (1, 15, 25, 30)] == [4, 16, 4, None]
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        Scenario("spike", 16, 30.0),
+        Scenario("spike", 3, 9.0),
+        Scenario("ramp", 40, 60.0, 4, 5.0),
+        Scenario("steady", 1, 5.0),
+    ],
+    ids=["spike-16", "spike-3", "ramp-40", "steady-1"],
+)
+def test_every_change_of_users_is_made_within_one_tick(scenario: Scenario) -> None:
+    """Locust starts and stops users at the spawn rate: a spike must fall as it rose, at once."""
+    wanted = [users_at(scenario, t) or 0 for t in range(int(scenario.duration_s) + 1)]
+    largest_change = max(abs(b - a) for a, b in zip([0, *wanted], wanted, strict=False))
+    assert spawn_rate(scenario) >= largest_change
 
 
 def test_shapes_fixed_uniform_and_trace(tmp_path: Path) -> None:
