@@ -135,13 +135,14 @@ def _progress(path: Path, offset: int, seen: list[Record], elapsed: float, total
             offset += len(complete.encode())
         seen.extend(Record.from_json(json.loads(line)) for line in complete.splitlines() if line.strip())
     now = seen[-1].t if seen else 0.0
-    recent = [r for r in seen if r.t >= now - 2.0]
+    span = min(2.0, now) or 1.0  # the first 2 s of a run are all it has had
+    recent = [r for r in seen if r.t >= now - span]
     window = [r.ttft_ms or r.latency_ms for r in seen if r.t >= now - 5.0 and r.error is None]
     p95 = pct(window)["p95"]
     errors = sum(r.error is not None for r in seen)
     p95_text = f"{p95:.0f} ms" if p95 is not None else "-"
     out.write(
-        f"\r[{elapsed:5.1f}/{total:.0f}s] {len(seen)} requests, {len(recent) / 2.0:6.1f} req/s, "
+        f"\r[{elapsed:5.1f}/{total:.0f}s] {len(seen)} requests, {len(recent) / span:6.1f} req/s, "
         f"p95 TTFT {p95_text}, errors {errors}   "
     )
     out.flush()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 import random
 from pathlib import Path
 
 import pytest
 
 from loadtests.report import compare_table, summary_markdown
+from loadtests.runner import _progress
 from loadtests.scenarios import Scenario, spawn_rate, users_at
 from loadtests.shapes import ShapeError, parse_shape
 from loadtests.stats import (
@@ -234,3 +237,14 @@ def test_runs_of_one_route_in_like_named_folders_get_labels_of_their_own(
     assert {t.get_rotation() for t in throughput.get_xticklabels()} == {20.0}
     compare_chart(list(zip(run_labels(runs), [summary] * 3, strict=True)), tmp_path / "compare.png")
     assert (tmp_path / "compare.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_progress_line_rates_a_young_run_over_the_time_it_has_had(tmp_path: Path) -> None:
+    """100 requests in a run's first second are 100 req/s, not 50 (the rate is over the last 2 s)."""
+    records = tmp_path / "records.jsonl"
+    rows = [{"t": i / 100, "variant": "v", "status": 200, "error": None, "latency_ms": 1.0,
+             "ttft_ms": 1.0, "itl_ms": None, "output_tokens": 1} for i in range(1, 101)]  # fmt: skip
+    records.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = io.StringIO()
+    _progress(records, 0, [], 1.0, 6.0, out)
+    assert "100 requests,  100.0 req/s" in out.getvalue()
