@@ -157,7 +157,7 @@ def run_failed(overall: dict[str, Any], scenario: str, max_error_rate: float) ->
     if not requests:
         return "no request finished"
     if errors == requests:
-        return f"every request failed ({kinds})"
+        return f"every request failed ({kinds}){_first_said(overall)}"
     if scenario != "ramp" and unanswered:
         return (
             f"{unanswered} of {requests} requests got no answer at all (connection refused or reset: "
@@ -166,9 +166,16 @@ def run_failed(overall: dict[str, Any], scenario: str, max_error_rate: float) ->
     if scenario != "ramp" and errors / requests > max_error_rate:
         return (
             f"{errors} of {requests} requests failed ({errors / requests:.1%}: {kinds}), "
-            f"above --slo-max-error-rate {max_error_rate:.1%}"
+            f"above --slo-max-error-rate {max_error_rate:.1%}" + _first_said(overall)
         )
     return None
+
+
+def _first_said(overall: dict[str, Any]) -> str:
+    """What the most common kind of error said first (a run's 400s name their reason)."""
+    kinds, examples = overall["errors_by_kind"], overall.get("error_examples") or {}
+    said = [kind for kind in sorted(kinds, key=lambda k: -kinds[k]) if kind in examples]
+    return f"; the first {said[0]} said: {examples[said[0]]}" if said else ""
 
 
 def compare_main(argv: list[str]) -> int:

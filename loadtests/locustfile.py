@@ -25,7 +25,7 @@ from locust import FastHttpUser, LoadTestShape, constant, events, task
 
 from loadtests.scenarios import Scenario, spawn_rate, users_at
 from loadtests.shapes import RequestShape, prompt_of
-from loadtests.stats import Record, Slo, failure_kind, step_figures, truncated
+from loadtests.stats import Record, Slo, error_detail, failure_kind, step_figures, truncated
 
 CONFIG: dict[str, Any] = json.loads(os.environ.get("TURNOUT_LOADTEST", "{}"))
 SHAPE = RequestShape(
@@ -126,20 +126,23 @@ class OpenAIUser(FastHttpUser):
                 row["variant"] = (response.headers or {}).get("x-turnout-variant", "?")
                 if row["status"] != 200:  # no status: it failed before one came (FastHttpUser's error)
                     row["error"] = f"http_{row['status']}" if row["status"] else failure_kind(response.error)
-                    response.failure(row["error"])
+                    row["detail"] = error_detail(response.content if row["status"] else str(response.error))
                 elif stream:
                     self._read_stream(response, chat, start, row)
                 elif truncated(len(response.content or b""), (response.headers or {}).get("content-length")):
                     row["error"] = "connection"  # closed mid-answer (the client hands back what came)
+                    row["detail"] = f"closed after {len(response.content or b'')} bytes of its content-length"
                 else:
                     usage = (response.json() or {}).get("usage") or {}
                     row["output_tokens"] = int(usage.get("completion_tokens", 0))
+                    row["prompt_tokens"] = usage.get("prompt_tokens")
                 if row["error"] is None:
                     response.success()
-                else:
+                else:  # the kind alone: locust's failures table makes a row per distinct text
                     response.failure(row["error"])
         except Exception as exc:  # timeouts and dropped connections end up here
             row["error"] = failure_kind(exc)
+            row["detail"] = error_detail(f"{type(exc).__name__}: {exc}")
         row["latency_ms"] = (time.perf_counter() - start) * 1000
         if row["error"] is None:
             self._fire("E2E", row["latency_ms"])
@@ -167,6 +170,7 @@ class OpenAIUser(FastHttpUser):
         content_type = str((response.headers or {}).get("content-type") or "")
         if not content_type.lower().startswith("text/event-stream"):
             row["error"] = "bad_response"
+            row["detail"] = f"a 200 with content-type {content_type or 'none'}, not text/event-stream"
             return
         stamps, events, done, usage = [], 0, False, None
         while True:
@@ -183,16 +187,20 @@ class OpenAIUser(FastHttpUser):
             events += 1
             if "error" in event:
                 row["error"] = "stream_error"
+                row["detail"] = row.get("detail") or error_detail(event)
                 continue
             if _content(event, chat):
                 stamps.append(time.perf_counter())
             usage = event.get("usage") or usage
         if row["error"] is None and not done:
             row["error"] = "connection"  # closed before [DONE]: cut off mid-answer
+            row["detail"] = f"the stream ended after {events} events, before [DONE]"
         elif row["error"] is None and not events:
             row["error"] = "bad_response"  # [DONE] and nothing else: no answer at all
+            row["detail"] = "[DONE] with no event before it"
         if usage:
             row["output_tokens"] = int(usage.get("completion_tokens", 0))
+            row["prompt_tokens"] = usage.get("prompt_tokens")
         else:
             row["output_tokens"], row["tokens_estimated"] = len(stamps), True
         if stamps:

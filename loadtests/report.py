@@ -32,13 +32,29 @@ HEADER = (
 )
 
 
+def _prompt_sentence(summary: dict[str, Any]) -> str:
+    """What the prompts were: the shape asked for, and what the server counted (its template on top)."""
+    request = summary.get("request") or {}
+    asked = request.get("prompt_tokens")
+    if request.get("trace"):
+        said = f"from a trace of {request['trace']['shapes']} shapes"
+    elif asked:
+        span = str(asked[0]) if asked[0] == asked[1] else f"{asked[0]}-{asked[1]}"
+        said = f"{span} tokens of text"
+    else:
+        return ""
+    mean = summary["overall"].get("prompt_tokens_mean")
+    counted = f", {mean:.1f} as the server counted them (template included)" if mean is not None else ""
+    return f" Prompts: {said}{counted}."
+
+
 def summary_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Load test: {summary['route']} ({summary['scenario']}, {summary['users']} users, "
         f"{summary['duration_s']:.0f} s)",
         "",
         f"Target {summary['target']}, {summary['endpoint']}, stream {summary['stream']}, "
-        f"started {summary['started_at']}.",
+        f"started {summary['started_at']}." + _prompt_sentence(summary),
         "",
         HEADER,
         _row("all", summary["overall"]),
@@ -47,6 +63,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     errors = summary["overall"]["errors_by_kind"]
     if errors:
         lines += ["", "Errors: " + ", ".join(f"{kind} {count}" for kind, count in sorted(errors.items()))]
+        examples = summary["overall"].get("error_examples") or {}
+        lines += [f"- first {kind}: {examples[kind]}" for kind in sorted(errors) if kind in examples]
     estimated = summary["overall"].get("output_tokens_estimated", 0)
     if estimated:
         requests = summary["overall"]["requests"]

@@ -3,7 +3,9 @@
 Pure (randomness passed in); used by the locustfile on every simulated request. A shape is
 ``fixed`` (always the same), ``uniform`` (each length drawn between bounds) or ``trace`` (the
 (prompt_tokens, max_tokens) pairs of a JSONL file of real request shapes, drawn at random).
-Prompts are built from words the project's model knows, about one token per word.
+Prompts are built from words that are one token each to the project's model (and to common
+tokenizers: short English words after a space), so ``--prompt-tokens 8`` sends 8 tokens of
+text; the chat template and BOS come on top. The server's own count is in each run's summary.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-WORDS = ("the", "red", "cat", "sees", "a", "big", "dog", "and", "the", "small", "bird", "runs")
+# Each one token after a space (" runs" was four: r-u-n-s, so 500 words were ~620 tokens).
+WORDS = ("the", "red", "cat", "sees", "a", "big", "dog", "and", "the", "small", "bird", "walks")
+FIRST_WORDS = ("the", "a")  # one token with no space before them too
 
 
 class ShapeError(ValueError):
@@ -38,7 +42,7 @@ class RequestShape:
 
 
 def prompt_of(words: int, rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(max(1, words)))
+    return " ".join([rng.choice(FIRST_WORDS), *(rng.choice(WORDS) for _ in range(max(1, words) - 1))])
 
 
 def _bounds(text: str, what: str, least: int) -> tuple[int, int]:

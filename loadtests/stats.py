@@ -7,6 +7,7 @@ ramp shape turn them into the ``summary.json`` figures here (contract
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ class Record:
     itl_ms: float | None
     output_tokens: int
     tokens_estimated: bool = False  # a stream without usage: its content chunks counted instead
+    detail: str | None = None  # what the failure said: the error body's message, the exception
+    prompt_tokens: int | None = None  # as the server counted them (its usage), template included
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Record:
@@ -40,6 +43,8 @@ class Record:
             itl_ms=None if row.get("itl_ms") is None else float(row["itl_ms"]),
             output_tokens=int(row.get("output_tokens") or 0),
             tokens_estimated=bool(row.get("tokens_estimated")),
+            detail=None if row.get("detail") is None else str(row["detail"]),
+            prompt_tokens=None if row.get("prompt_tokens") is None else int(row["prompt_tokens"]),
         )
 
 
@@ -67,10 +72,14 @@ def stats(records: Sequence[Record], seconds: float) -> dict[str, Any]:
     """The STATS block of summary.json for ``records`` over ``seconds`` of load."""
     ok = [r for r in records if r.error is None]
     kinds: dict[str, int] = {}
+    examples: dict[str, str] = {}  # each kind's first detail: why a run's 400s were 400s
     for record in records:
         if record.error is not None:
             kinds[record.error] = kinds.get(record.error, 0) + 1
+            if record.detail and record.error not in examples:
+                examples[record.error] = record.detail
     tokens = sum(r.output_tokens for r in ok)
+    prompts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     per_request = [
         r.output_tokens / (r.latency_ms / 1000) for r in ok if r.output_tokens and r.latency_ms > 0
     ]
@@ -78,8 +87,11 @@ def stats(records: Sequence[Record], seconds: float) -> dict[str, Any]:
         "requests": len(records),
         "errors": len(records) - len(ok),
         "errors_by_kind": kinds,
+        "error_examples": examples,
         "req_per_s": len(ok) / seconds if seconds > 0 else 0.0,
         "output_tokens": tokens,
+        # mean prompt tokens of the answers that said (usage), None when none did
+        "prompt_tokens_mean": sum(prompts) / len(prompts) if prompts else None,
         # successful requests whose tokens were counted as content chunks (the stream had no usage)
         "output_tokens_estimated": sum(r.tokens_estimated for r in ok),
         "output_tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
@@ -139,6 +151,23 @@ def failure_kind(error: object) -> str:
     if isinstance(error, OSError | HTTPException):  # refused, reset, closed mid-answer
         return "connection"
     return "bad_response"
+
+
+def error_detail(answer: object, limit: int = 300) -> str | None:
+    """What an error answer said: the OpenAI error body's (or SSE error event's) message, else the
+    start of the body as text; None when it said nothing."""
+    if isinstance(answer, bytes | bytearray):
+        text = bytes(answer).decode("utf-8", "replace")
+        try:
+            answer = json.loads(text)
+        except ValueError:
+            answer = text
+    if isinstance(answer, dict):
+        error = answer.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        answer = message if isinstance(message, str) else json.dumps(answer)
+    text = " ".join(str(answer or "").split())
+    return text[:limit] or None
 
 
 def truncated(received: int, content_length: str | None) -> bool:

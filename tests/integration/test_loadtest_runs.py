@@ -69,6 +69,7 @@ def _counts(url: str, route: str, **labels: str) -> float:
 def test_a_steady_run_matches_the_gateways_own_counters(embedded: Launched, tmp_path: Path) -> None:
     route = "turnout-tiny-int4"
     before = _counts(embedded.url, route)
+    prompt_tokens = metric_value(embedded.url, "turnout_tokens_total", route=route, kind="prompt")
     ttft_sum = metric_value(embedded.url, "turnout_time_to_first_token_seconds_sum", route=route)
     ttft_count = metric_value(embedded.url, "turnout_time_to_first_token_seconds_count", route=route)
     done = loadtest("--target", embedded.url, "--route", route, "--users", "4", "--duration", "5s",
@@ -90,6 +91,12 @@ def test_a_steady_run_matches_the_gateways_own_counters(embedded: Launched, tmp_
     # off (locust, the gateway and the engine share 2 cores here)
     assert gateway_ttft_ms * 0.95 <= client_ttft_ms <= gateway_ttft_ms * 2 + 50
     assert overall["output_tokens"] > 0 and overall["itl_ms"]["p50"] is not None
+    # 8 tokens of text, as the gateway counted them: BOS and the chat template come on top
+    counted = metric_value(embedded.url, "turnout_tokens_total", route=route, kind="prompt") - prompt_tokens
+    assert overall["prompt_tokens_mean"] == counted / overall["requests"] == 12.0
+    assert (
+        "Prompts: 8 tokens of text, 12.0 as the server counted them" in (tmp_path / "summary.md").read_text()
+    )
     assert summary["variants"][route]["engine"] == "onnxruntime-genai"
     assert summary["request"]["max_tokens"] == [8, 8] and summary["request"]["requested_duration_s"] == 5.0
     for name in ("locust_stats.csv", "locust.html", "summary.md", "records.jsonl"):
@@ -208,6 +215,10 @@ def test_a_run_where_every_request_fails_exits_1(split: Launched, tmp_path: Path
     done = loadtest("--target", split.url, "--route", "dead", "--users", "1",
                     "--duration", "1s", "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 1 and "every request failed (http_503 " in done.stderr, done.stderr[-2000:]
+    said = json.loads((tmp_path / "summary.json").read_text())["overall"]["error_examples"]["http_503"]
+    assert "unavailable" in said.lower() or "connect" in said.lower(), said  # the gateway's own words
+    assert f"; the first http_503 said: {said}" in done.stderr
+    assert f"- first http_503: {said}" in (tmp_path / "summary.md").read_text()
 
 
 def test_requests_that_wait_out_the_timeout_are_counted_as_timeouts(tmp_path: Path) -> None:

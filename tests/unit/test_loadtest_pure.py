@@ -16,6 +16,7 @@ from loadtests.shapes import ShapeError, parse_shape
 from loadtests.stats import (
     Record,
     Slo,
+    error_detail,
     failure_kind,
     knee,
     per_variant,
@@ -248,3 +249,38 @@ def test_the_progress_line_rates_a_young_run_over_the_time_it_has_had(tmp_path: 
     out = io.StringIO()
     _progress(records, 0, [], 1.0, 6.0, out)
     assert "100 requests,  100.0 req/s" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (b'{"error": {"message": "too long", "type": "invalid_request_error"}}', "too long"),
+        ({"error": {"message": "upstream cut"}}, "upstream cut"),  # an SSE error event
+        ({"error": "plain"}, "plain"),
+        (b"<html>\n  Bad   Gateway</html>", "<html> Bad Gateway</html>"),
+        (b"", None),
+        ("ConnectionRefusedError: [Errno 111]", "ConnectionRefusedError: [Errno 111]"),
+        ("x" * 500, "x" * 300),
+    ],
+)
+def test_error_detail_is_what_the_answer_said(answer: object, said: str | None) -> None:
+    assert error_detail(answer) == said
+
+
+def test_a_runs_errors_keep_what_each_kind_first_said() -> None:
+    from loadtests.cli import run_failed
+
+    def failed(t: float, kind: str, detail: str) -> Record:
+        return Record(t, "v", 400, kind, 1.0, None, None, 0, detail=detail)
+
+    ok = Record(0.5, "v", 200, None, 1.0, 1.0, None, 3, prompt_tokens=12)
+    records = [
+        failed(0.1, "http_400", "too long"),
+        failed(0.2, "http_400", "other"),
+        failed(0.3, "timeout", "t"),
+    ]
+    overall = stats([*records, ok], 1.0)
+    assert overall["error_examples"] == {"http_400": "too long", "timeout": "t"}
+    assert overall["prompt_tokens_mean"] == 12.0
+    why = run_failed(overall, "steady", 0.01)
+    assert why is not None and why.endswith("; the first http_400 said: too long")
