@@ -38,6 +38,14 @@ def _number(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _price(usd: float | None) -> str:
+    """USD to 3 decimals, or to 2 significant digits below a cent: a tiny model on a GPU costs
+    fractions of a cent per million tokens, which 3 decimals showed as 0.000."""
+    if usd is None:
+        return "-"
+    return f"{usd:,.3f}" if usd >= 0.01 or usd == 0 else f"{usd:.2g}"
+
+
 def _bytes(count: int) -> str:
     if count < 1024:
         return f"{count} B"
@@ -71,7 +79,7 @@ def _cells(row: PlanRow, own: str) -> tuple[str, ...]:
         _number(row.decode_tok_s_max_batch),
         _number(row.prefill_tok_s),
         f"{row.usd_per_hour:.2f}",
-        _number(row.usd_per_m_output_tokens, 3),
+        _price(row.usd_per_m_output_tokens),
     )
 
 

@@ -12,7 +12,7 @@ from deploy import accelerators, plan
 from deploy.model_facts import named_facts
 from deploy.plan import GIB
 from deploy.plan_table import as_json, format_table, plan_all
-from deploy.spec import VariantSpec, parse_spec
+from deploy.spec import VariantSpec, load_spec, parse_spec
 
 LLAMA_8B = named_facts("llama-3-8b")
 LLAMA_70B = named_facts("llama-3-70b")
@@ -220,3 +220,14 @@ def test_vllm_on_cpu_is_checked_against_the_whole_gib_of_kv_cache_it_is_given() 
     roomy = _cpu_llama(0.075)  # 2 whole GiB: one sequence fits
     assert environment(roomy)["VLLM_CPU_KVCACHE_SPACE"] == "2" and problems(roomy) == []
     assert plan.plan_row(roomy, roomy.facts(), cpu, 15000).max_seqs == 1
+
+
+def test_a_price_below_a_cent_keeps_two_significant_digits() -> None:
+    """A tiny model on an H100 costs fractions of a cent per million tokens: not 0.000."""
+    tiny = load_spec(Path(__file__).parents[2] / "deploy" / "examples" / "tiny-cpu.yaml")
+    rows = plan_all(tiny, [accelerators.get("h100-80gb"), accelerators.get("cpu-x86")])
+    price = rows[0].usd_per_m_output_tokens
+    assert price is not None and 0 < price < 0.001
+    last_cells = [line.split()[-1] for line in format_table(tiny, rows).splitlines()[3:5]]
+    assert last_cells == [f"{price:.2g}", f"{rows[1].usd_per_m_output_tokens:.2g}"]
+    assert "0.000" not in last_cells
