@@ -16,7 +16,8 @@ the rate counter has answered (``_ReplicaEdge``), so the first requests never pa
 
 Deployment names: ``TurnoutGateway``, ``TurnoutRateCounter``, and ``TurnoutEngine`` for the
 application rendered from one variant spec (``deploy.render.ray_serve``: ``args`` with
-``variant_id``, ``variant``, ``gateway_replicas`` and ``model_source`` or ``engine_url``) or
+``variant_id``, ``variant``, ``gateway_replicas`` and ``model_source``, ``shipped_model`` or
+``engine_url``) or
 ``TurnoutEngine-<variant>`` per embedded variant of a ``gateway.yaml`` (``args``: ``config``
 (path or mapping), ``gateway_replicas``). Engine replicas come from the spec (``replicas``, or
 ``autoscaling`` on ongoing requests with its bounds); an embedded variant declared without a
@@ -41,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from backends.base import BackendInfo
 from backends.ray_engine import EngineFigures, RayEngineBackend
 from backends.settings import EmbeddedSettings
+from deploy.model.artifacts import hf_dir
 from deploy.render import ray_serve as rendered
 from deploy.spec import VariantSpec, parse_spec
 from serving.config import GatewayConfig, load_config, parse_config
@@ -343,6 +345,8 @@ def _from_rendered(args: dict[str, Any], replicas: int) -> Any:
         raise ValueError(f"variant_id {args['variant_id']} does not match the variant's id {written.id}")
     variant = dict(args["variant"])
     source = args.get("model_source")
+    if args.get("shipped_model"):  # the copy installed with this package (Turnout's Ray image)
+        source = str(hf_dir())
     if source and rendered.engine_in_ray(written):  # where this cluster holds the weights; id stays
         variant["model"] = {**variant["model"], "path": source, "architecture": None}
     spec = parse_spec(variant, "<ray args: variant>")

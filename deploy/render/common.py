@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from deploy import accelerators
+from deploy.model.artifacts import HF_FOLDER, model_dir
 from deploy.plan import cpu_kv_cache_gib as plan_cpu_kv_cache_gib
 from deploy.plan import full_batch_kv_bytes as plan_full_batch_kv_bytes
 from deploy.plan import memory_budget
@@ -34,8 +35,9 @@ VARIANT_LABEL = "turnout.dev/variant-id"
 NAME_LABEL = "app.kubernetes.io/name"
 VLLM_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # Container images: defaults for the manifests (override them with kustomize or by editing the
-# render). Engine images are the projects' published ones; Turnout ships no image, so the
-# gateway / Ray images are ones the operator builds from this repository.
+# render). Engine images are the projects' published ones; Turnout publishes no image, so the
+# gateway and Ray images are built from this repository with deploy/images/ (Dockerfile,
+# ray.Dockerfile; tests/unit/test_images.py keeps their tags and Ray version in step with these).
 IMAGES = {
     ("vllm", "nvidia"): "vllm/vllm-openai:v0.32.0",
     ("vllm", "amd"): "rocm/vllm:latest",
@@ -57,6 +59,12 @@ def ray_image(vendor: str) -> str:
 
 def is_hub_id(name: str) -> bool:
     return name.count("/") == 1 and not name.startswith(("/", ".", "~"))
+
+
+def uses_shipped_model(spec: VariantSpec) -> bool:
+    """True when the spec's model is the one shipped in the package (and so in Turnout's images)."""
+    path = spec.model.resolved_path()
+    return path is not None and path == (model_dir() / HF_FOLDER).resolve()
 
 
 def model_source(spec: VariantSpec, *, container: bool = False) -> str:

@@ -1,8 +1,9 @@
 """Kubernetes manifests: the engine server (Deployment + Service) and a KubeRay RayService.
 
 Off the request path (``turnout deploy render --target k8s`` writes ``k8s/deployment.yaml``,
-``k8s/service.yaml``, ``k8s/rayservice.yaml``, for TensorRT-LLM ``k8s/configmap.yaml`` and, for an
-autoscaled vLLM spec, ``k8s/scaledobject.yaml`` and ``k8s/podmonitor.yaml``).
+``k8s/service.yaml``, ``k8s/rayservice.yaml``, for TensorRT-LLM and the embedded engine
+``k8s/configmap.yaml`` and, for an autoscaled vLLM spec, ``k8s/scaledobject.yaml`` and
+``k8s/podmonitor.yaml``).
 Every object and pod template carries the label and annotation ``turnout.dev/variant-id: <spec
 id>``, but nothing selects on it: selectors use ``common.selector_labels`` (name + component), which
 an edit of the spec does not change (a Deployment's selector is immutable). Pod
@@ -22,7 +23,11 @@ The engine container, per engine:
   ``triton_backend`` checkout goes to ``/models/<name>/triton_backend``); probes on
   ``/v2/health/ready`` and ``/v2/health/live``; gRPC and metrics ports too.
 - ``onnxruntime-genai``: the engine is in-process, so the Deployment runs the Turnout gateway
-  itself (``turnout serve``, image built from this repository); probes on ``/ready``, ``/health``.
+  itself (``turnout serve --config`` on the ``<name>-gateway`` ConfigMap that
+  ``deploy.render.k8s_gateway`` writes: the spec's variant and route; image built with
+  ``deploy/images/Dockerfile``); ``TURNOUT_STORE_URL`` from the ``turnout-store`` Secret when it
+  exists; the ``turnout-models`` volume only when the weights are not the shipped model; probes on
+  ``/ready``, ``/health``.
 
 The RayService (``ray.io/v1``) runs the Turnout gateway application on Ray: it embeds
 ``deploy.render.ray_serve``'s config as ``serveConfigV2`` (in-container model paths), a CPU-only
@@ -55,18 +60,26 @@ from deploy.render.common import (
     ray_image,
     selector_labels,
     to_yaml,
+    uses_shipped_model,
     variant_annotations,
     work_dir,
     yaml_documents,
 )
 from deploy.render.k8s_autoscaling import pod_monitor, scaled_object
+from deploy.render.k8s_gateway import (
+    GATEWAY_CONFIG_DIR,
+    GATEWAY_CONFIG_FILE,
+    STORE_SECRET,
+    gateway_config,
+    store_env,
+)
 from deploy.render.ray_serve import GATEWAY_REPLICAS, engine_in_ray, serve_config
 from deploy.render.trtllm import serve_options, served_model
 from deploy.render.vllm import SERVER_MODULE, environment, server_args
 from deploy.spec import VariantSpec
 
 TRTLLM_CONFIG_DIR = "/etc/turnout"
-STORE_SECRET = "turnout-store"  # key ``url``: the route store every gateway replica shares
+EMBEDDED = "onnxruntime-genai"
 GATEWAY_POD_RESOURCES = {"cpu": "2", "memory": "4Gi"}
 
 
@@ -99,13 +112,25 @@ def _command(spec: VariantSpec) -> tuple[list[str], list[str], list[dict[str, An
         env = [{"name": "TRTLLM_BACKEND_SRC", "value": f"{work_dir(spec)}/triton_backend"}]
         probes = pods.probes("/v2/health/ready", "/v2/health/live")
         return ["/bin/sh"], [f"{work_dir(spec)}/triton/run.sh"], env, probes
-    args = ["serve", "--host", "0.0.0.0", "--port", str(HTTP_PORT)]
-    return ["turnout"], args, [], pods.probes("/ready", "/health")
+    config = f"{GATEWAY_CONFIG_DIR}/{GATEWAY_CONFIG_FILE}"
+    args = ["serve", "--config", config, "--host", "0.0.0.0", "--port", str(HTTP_PORT)]
+    return ["turnout"], args, [store_env()], pods.probes("/ready", "/health")
+
+
+def _needs_models_volume(spec: VariantSpec) -> bool:
+    """Every engine reads /models, except the embedded one serving the model its image ships."""
+    return not (spec.engine == EMBEDDED and uses_shipped_model(spec))
 
 
 def engine_container(spec: VariantSpec) -> dict[str, Any]:
     command, args, env, probes = _command(spec)
-    mounts = pods.volume_mounts()
+    if spec.engine == EMBEDDED:  # the gateway itself: its config, and /models only for other weights
+        mounts = [{"name": "gateway-config", "mountPath": GATEWAY_CONFIG_DIR, "readOnly": True}]
+        if _needs_models_volume(spec):
+            mounts.insert(0, {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True})
+    else:
+        mounts = pods.volume_mounts()
+        env = [*env, *pods.hub_env(spec)]
     if spec.engine == "trtllm":
         mounts.append({"name": "trtllm-options", "mountPath": TRTLLM_CONFIG_DIR, "readOnly": True})
     return {
@@ -114,7 +139,7 @@ def engine_container(spec: VariantSpec) -> dict[str, Any]:
         "command": command,
         "args": args,
         "ports": _ports(spec),
-        "env": [*env, *pods.hub_env(spec)],
+        "env": env,
         "resources": pods.resources(spec),
         "volumeMounts": mounts,
         **probes,
@@ -123,6 +148,9 @@ def engine_container(spec: VariantSpec) -> dict[str, Any]:
 
 def deployment(spec: VariantSpec) -> dict[str, Any]:
     volumes = pods.volumes()
+    if spec.engine == EMBEDDED:
+        volumes = volumes[:1] if _needs_models_volume(spec) else []
+        volumes.append({"name": "gateway-config", "configMap": {"name": f"{spec.name}-gateway"}})
     if spec.engine == "trtllm":
         volumes.append({"name": "trtllm-options", "configMap": {"name": f"{spec.name}-trtllm"}})
     return {
@@ -159,6 +187,16 @@ def service(spec: VariantSpec) -> dict[str, Any]:
     }
 
 
+def gateway_config_map(spec: VariantSpec) -> dict[str, Any]:
+    """The embedded engine's gateway.yaml (``deploy.render.k8s_gateway``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_metadata(spec, f"{spec.name}-gateway", "engine"),
+        "data": {GATEWAY_CONFIG_FILE: to_yaml(gateway_config(spec))},
+    }
+
+
 def config_map(spec: VariantSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -169,7 +207,12 @@ def config_map(spec: VariantSpec) -> dict[str, Any]:
 
 
 def _ray_pod(spec: VariantSpec, container: dict[str, Any], *, worker: bool) -> dict[str, Any]:
-    pod: dict[str, Any] = {"containers": [container], "volumes": pods.volumes()}
+    keep = _needs_models_volume(spec)  # not for the shipped model: Turnout's Ray image holds it
+    volumes = [v for v in pods.volumes() if keep or v["name"] != "models"]
+    mounts = [m for m in container.pop("volumeMounts", []) if keep or m["name"] != "models"]
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
     if worker:
         pod.update(pods.scheduling(spec))
     metadata = {"labels": labels(spec, "ray"), "annotations": variant_annotations(spec)}
@@ -277,6 +320,8 @@ def render_k8s(spec: VariantSpec) -> dict[str, str | bytes]:
     }
     if spec.engine == "trtllm":
         files["k8s/configmap.yaml"] = header(spec) + yaml_documents([config_map(spec)])
+    if spec.engine == EMBEDDED:
+        files["k8s/configmap.yaml"] = header(spec) + yaml_documents([gateway_config_map(spec)])
     scaling, monitor = scaled_object(spec), pod_monitor(spec)
     if scaling is not None and monitor is not None:
         files["k8s/scaledobject.yaml"] = header(spec) + yaml_documents([scaling])

@@ -6,8 +6,9 @@ One application, named after the spec, built by ``serving.ray_app:build_app`` wi
 ``gateway_replicas`` and, by engine:
 
 - ``onnxruntime-genai`` (the embedded engine): ``model_source`` (where the engine replicas load
-  the model: ``deploy.render.common.model_source``). The engine runs inside Ray, one engine per
-  replica of the ``TurnoutEngine`` deployment.
+  the model: ``deploy.render.common.model_source``), or, in a container (the RayService) for the
+  shipped model, ``shipped_model: true`` (the copy installed in the image). The engine runs
+  inside Ray, one engine per replica of the ``TurnoutEngine`` deployment.
 - every other engine (vLLM, ``trtllm-serve``, Triton) runs as its own server, as everywhere in
   Turnout: ``engine_url`` is where the gateway replicas reach it, by default the in-cluster
   Service that ``--target k8s`` renders next to the RayService (``http://<name>:8000``, plus
@@ -35,7 +36,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from deploy.render.common import CPU_ENGINE_CPUS, HTTP_PORT, header, model_source, to_yaml
+from deploy.render.common import (
+    CPU_ENGINE_CPUS,
+    HTTP_PORT,
+    header,
+    model_source,
+    to_yaml,
+    uses_shipped_model,
+)
 from deploy.spec import VariantSpec
 
 IMPORT_PATH = "serving.ray_app:build_app"
@@ -95,7 +103,9 @@ def app_args(spec: VariantSpec, *, container: bool = False) -> dict[str, Any]:
         "variant": spec.model_dump(mode="json", exclude_defaults=True),
         "gateway_replicas": GATEWAY_REPLICAS,
     }
-    if engine_in_ray(spec):
+    if engine_in_ray(spec) and container and uses_shipped_model(spec):
+        args["shipped_model"] = True  # the image's own copy: no volume to fill
+    elif engine_in_ray(spec):
         args["model_source"] = model_source(spec, container=container)
     else:
         args["engine_url"] = engine_url(spec)

@@ -116,3 +116,16 @@ def test_serves_proxy_queues_a_bounded_number_of_requests_for_the_gateway() -> N
     queueing without bound (its default): stalled uploads had every later request wait for good."""
     config = ray_app.GATEWAY_DEPLOYMENT._deployment_config
     assert (config.max_ongoing_requests, config.max_queued_requests) == (1024, 1024)
+
+
+def test_the_rayservice_serves_the_shipped_model_from_its_own_install() -> None:
+    """In Turnout's Ray image the shipped model is installed with the package: the RayService's
+    config says so (``shipped_model``) instead of a /models/<name> an operator would have to fill."""
+    application = serve_config(load_spec(EXAMPLES / "tiny-cpu.yaml"), container=True)["applications"][0]
+    assert application["args"]["shipped_model"] is True and "model_source" not in application["args"]
+    bound = _bound(ray_app.build_app(application["args"]))
+    variant_id, engine = bound["TurnoutEngine"]._bound_deployment.init_args[:2]
+    settings = EmbeddedSettings.model_validate(engine)
+    assert variant_id == application["args"]["variant_id"]
+    assert settings.model_dir is not None and settings.model_dir.name == "int4"
+    assert (settings.model_dir / "genai_config.json").is_file()
