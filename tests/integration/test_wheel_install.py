@@ -1,14 +1,16 @@
 """The package as a wheel, as the container images install it: the model ships inside it.
 
-Builds the wheel from this checkout (no network: ``--no-build-isolation`` uses the setuptools
-already here), installs it alone into a fresh folder and serves from a directory that is not the
-checkout, so nothing is read from the repository: ``turnout serve`` with no config must answer
-from the model files the wheel carries (the same step deploy/images/Dockerfile runs).
+Builds the wheel from what deploy/images/Dockerfile copies (its ``COPY`` lines, copied into a
+fresh folder, so no stale ``build/`` of the checkout's can slip in; no network:
+``--no-build-isolation`` uses the setuptools already here), installs it alone into a fresh folder
+and serves from a directory that is not the checkout, so nothing is read from the repository:
+``turnout serve`` with no config must answer from the model files the wheel carries.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,10 +24,26 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL_FILES = ("genai_config.json", "model.onnx", "model.onnx.data", "tokenizer.json")
 
 
+def _dockerfile_sources(dest: Path) -> None:
+    """Copy what the image's wheel stage copies (``COPY SRC DEST`` from the build context)."""
+    dest.mkdir()
+    for line in (REPO / "deploy" / "images" / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            *sources, _ = line.split()[1:]
+            for source in sources:
+                path = REPO / source
+                ignore = shutil.ignore_patterns("__pycache__")
+                if path.is_dir():
+                    shutil.copytree(path, dest / source, ignore=ignore)
+                else:
+                    shutil.copy2(path, dest / source)
+
+
 def test_the_wheel_alone_serves_the_shipped_model(tmp_path: Path) -> None:
-    wheels = tmp_path / "wheels"
+    wheels, source = tmp_path / "wheels", tmp_path / "src"
+    _dockerfile_sources(source)
     build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-             "--wheel-dir", str(wheels), str(REPO)]  # fmt: skip
+             "--wheel-dir", str(wheels), str(source)]  # fmt: skip
     subprocess.run(build, check=True, capture_output=True, timeout=300, cwd=tmp_path)
     wheel = next(wheels.glob("turnout-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
