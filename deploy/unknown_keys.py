@@ -36,5 +36,8 @@ def known_keys(model: type[BaseModel]) -> tuple[str, ...]:
 def unknown_key_message(model: type[BaseModel], loc: tuple[int | str, ...], noun: str = "key") -> str:
     """``unknown key; did you mean 'x'?`` for the refused key at the end of ``loc``."""
     key = str(loc[-1]) if loc else ""
-    near = difflib.get_close_matches(key, known_keys(model), n=1, cutoff=0.75)
-    return f"unknown {noun}; did you mean '{near[0]}'?" if near else f"unknown {noun}"
+    known = known_keys(model)
+    near = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    if not near:  # a word of one key only: `rate` for `sample_rate`, `timeout` for `timeout_s`
+        near = [name for name in known if key and key in name.split("_")]
+    return f"unknown {noun}; did you mean '{near[0]}'?" if len(near) == 1 else f"unknown {noun}"

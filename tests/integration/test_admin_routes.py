@@ -162,6 +162,12 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("negative weight", {"targets": [{"variant": "a", "weight": -1}]}, "spec.targets.0.weight"),
     ("unknown field", {"targets": [{"variant": "a"}], "weights": {}}, "spec.weights"),
+    (
+        "a shadow's rate, as the CLI's flag is named",
+        {"targets": [{"variant": "a"}], "shadows": [{"variant": "b", "rate": 0.5}]},
+        "spec.shadows.0.rate: unknown field; did you mean 'sample_rate'?",
+    ),
+    ("a target that is no object", {"targets": ["a"]}, "spec.targets.0: must be an object"),
 ]
 
 

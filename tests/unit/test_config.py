@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from backends.settings import EmbeddedSettings, OpenAIHttpSettings
-from serving.config import default_config, load_config
+from serving.config import GatewayConfig, default_config, load_config
 from serving.errors import ConfigError
 
 GOOD = """
@@ -185,3 +185,14 @@ def test_a_bad_store_url_from_the_environment_is_a_config_error(monkeypatch: pyt
         default_config()
     monkeypatch.setenv("TURNOUT_STORE_URL", "sqlite:////tmp/x.db")
     assert default_config().store.url == "sqlite:////tmp/x.db"
+
+
+def test_an_unknown_key_that_is_one_word_of_a_known_key_is_pointed_at_it_when_only_one_has_it() -> None:
+    from deploy.unknown_keys import unknown_key_message
+    from serving.routing.spec import RouteSpec
+
+    assert (
+        unknown_key_message(RouteSpec, ("shadows", 0, "rate")) == "unknown key; did you mean 'sample_rate'?"
+    )
+    # error_rate and sample_rate both have it in a gateway config: no guess
+    assert unknown_key_message(GatewayConfig, ("rate",)) == "unknown key"
