@@ -24,7 +24,12 @@ def register(commands: Any) -> None:
     )
     run.add_argument("--target", required=True, help="gateway base URL, e.g. http://127.0.0.1:8000")
     run.add_argument("--model", required=True, help="the route or variant to evaluate")
-    run.add_argument("--tasks", default="addition,continuation", help="comma-separated tasks")
+    run.add_argument(
+        "--tasks",
+        default="addition,continuation",
+        # the names evals.runner.TASKS holds (not imported here: `turnout --help` stays quick)
+        help="comma-separated, of: addition, continuation, text, choice (default: addition,continuation)",
+    )
     run.add_argument("--reference", help="a model to measure exact-output agreement against")
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--concurrency", type=int, default=8)

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from evals.datasets import Dataset, shipped
 from evals.metrics import Scoring, bootstrap_ci, match, mean, wilson_ci
 from evals.report import split_reference
-from loadtests.runner import variant_facts
+from loadtests.runner import TargetUnreachable, check_route, variant_facts
 
 Result = TypeVar("Result")
 
@@ -359,6 +359,14 @@ def run_eval(run: EvalRun) -> dict[str, Any]:
         raise EvalError(f"--concurrency must be at least 1, got {run.concurrency}")
     if run.limit is not None and run.limit < 1:
         raise EvalError(f"--limit must be at least 1 (leave it out for every example), got {run.limit}")
+    for name, flag in ((run.model, "--model"), (run.reference, "--reference")):
+        if name:  # before any prompt: a mistyped name was a raw 404 body after the progress bar
+            try:
+                check_route(run.target, name, run.api_key, models_required=False)
+            except TargetUnreachable as exc:
+                raise EvalError(f"--target {run.target}: {type(exc.cause).__name__}: {exc.cause}") from None
+            except RuntimeError as exc:
+                raise EvalError(f"{flag} {name}: {exc}") from None
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         records = asyncio.run(_run(run))

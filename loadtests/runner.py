@@ -68,16 +68,29 @@ def variant_facts(target: str) -> dict[str, dict[str, str]]:
     return found
 
 
-def check_route(target: str, route: str, api_key: str | None, variant: str | None = None) -> None:
+class TargetUnreachable(RuntimeError):
+    """No answer at all from the target (refused, reset, timed out); ``cause`` is the error."""
+
+    def __init__(self, target: str, cause: httpx.HTTPError) -> None:
+        super().__init__(f"cannot reach {target}: {cause}")
+        self.cause = cause
+
+
+def check_route(
+    target: str, route: str, api_key: str | None, variant: str | None = None, *, models_required: bool = True
+) -> None:
     """Before any load: the target must answer ``/v1/models`` and list ``route`` (a mistyped
     route made thousands of 404s over the whole run before), and with ``variant`` one pinned
     request must be taken (a variant the route does not use, or a key that may not pin, is a
-    4xx for every request). RuntimeError says what is wrong."""
+    4xx for every request). RuntimeError says what is wrong; ``models_required=False`` lets a
+    server without a model list pass (``turnout eval`` scores any OpenAI-compatible server)."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         reply = httpx.get(f"{target}/v1/models", headers=headers, timeout=10)
     except httpx.HTTPError as exc:
-        raise RuntimeError(f"cannot reach {target}: {exc}") from None
+        raise TargetUnreachable(target, exc) from None
+    if reply.status_code != 200 and not models_required:
+        return
     if reply.status_code != 200:
         raise RuntimeError(f"{target}/v1/models answered {reply.status_code}: {reply.text[:300]}")
     try:

@@ -142,3 +142,42 @@ def test_a_top1_agreement_nothing_measured_is_not_zero() -> None:
     from evals.runner import _top1
 
     assert _top1([], 0) == {"value": None, "ci95": None, "n": 0}  # it was 0.0: "no agreement at all"
+
+
+class ListsModels(NotAnAnswer):
+    """A server whose /v1/models lists one model, ``served``."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"object": "list", "data": [{"id": "served", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (["--model", "nope"], "--model nope: {target} does not serve the route 'nope'; it serves: served"),
+        (
+            ["--model", "served", "--reference", "nope"],
+            "--reference nope: {target} does not serve the route 'nope'; it serves: served",
+        ),
+    ],
+)
+def test_a_model_the_target_does_not_list_is_refused_before_any_prompt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], names: list[str], message: str
+) -> None:
+    """It used to run to its first prompt and print the raw 404 body after the progress bar."""
+    NotAnAnswer.bodies = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ListsModels)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = f"http://127.0.0.1:{server.server_address[1]}"
+        assert main(["eval", "--target", target, *names, "--out", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert message.format(target=target) in err and "eval " not in err  # no progress bar began
+    finally:
+        server.shutdown()
+        server.server_close()
