@@ -42,6 +42,8 @@ class EmbeddedSettings(StrictModel):
     intra_op_threads: Annotated[int, Field(ge=0)] = 1
     # The longest sequence (prompt + answer) served; None = the model's own context length.
     max_model_len: Annotated[int, Field(ge=2)] | None = None
+    # The deploy spec this variant was rendered from, when it was (turnout_variant_info's spec label).
+    spec_name: str | None = None
 
     @field_validator("model_dir")
     @classmethod
@@ -98,6 +100,8 @@ class OpenAIHttpSettings(StrictModel):
     max_connections: Annotated[int, Field(ge=1)] = 256  # per replica
     replicas: tuple[HttpUrl, ...] = ()
     balance: BalanceSettings = BalanceSettings()
+    # The deploy spec this variant was rendered from, when it was (turnout_variant_info's spec label).
+    spec_name: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -161,6 +165,8 @@ class TritonSettings(StrictModel):
     metrics_url: HttpUrl | None = None  # this server's Prometheus page (needed with replicas)
     replicas: tuple[TritonServer, ...] = ()
     balance: BalanceSettings = BalanceSettings()
+    # The deploy spec this variant was rendered from, when it was (turnout_variant_info's spec label).
+    spec_name: str | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -159,14 +159,18 @@ def _triton(spec: VariantSpec, entry: SpecVariant) -> TritonSettings:
 
 
 def variant_settings(spec: VariantSpec, entry: SpecVariant) -> VariantSettings:
-    """The adapter settings that serve ``spec`` (pure; ``entry`` says where remote engines are)."""
+    """The adapter settings that serve ``spec`` (pure; ``entry`` says where remote engines are),
+    carrying the spec's name wherever the settings go (a Ray application's config too)."""
+    settings: VariantSettings
     if spec.engine == "onnxruntime-genai":
-        return _embedded(spec, entry)
-    if spec.engine == "vllm":
-        return _openai_http(spec, entry, VLLM_PRESETS[spec.vendor])
-    if spec.engine == "trtllm":
-        return _openai_http(spec, entry, "trtllm-serve")
-    return _triton(spec, entry)
+        settings = _embedded(spec, entry)
+    elif spec.engine == "vllm":
+        settings = _openai_http(spec, entry, VLLM_PRESETS[spec.vendor])
+    elif spec.engine == "trtllm":
+        settings = _openai_http(spec, entry, "trtllm-serve")
+    else:
+        settings = _triton(spec, entry)
+    return settings.model_copy(update={"spec_name": spec.name})
 
 
 def spec_aliases(specs: Iterable[VariantSpec]) -> dict[str, str]:

@@ -38,6 +38,7 @@ def gateway_config(spec: VariantSpec) -> dict[str, Any]:
             "max_queue_delay_ms": spec.batching.max_queue_delay_us / 1000,
         },
         "max_model_len": spec.kv_cache.max_model_len,
+        "spec_name": spec.name,  # turnout_variant_info's spec label: the id's name
     }
     return {
         "variants": {spec.id: variant},

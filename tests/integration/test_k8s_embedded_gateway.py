@@ -57,6 +57,7 @@ def test_the_pod_command_serves_the_spec_with_its_own_id_and_settings(tmp_path: 
         assert reply.headers["x-turnout-variant"] == spec.id
         info = httpx.get(gateway.url + "/metrics").text
         assert f'variant="{spec.id}"' in info and 'engine="onnxruntime-genai"' in info
+        assert f'spec="{spec.name}"' in info  # the id's name, as a gateway's specs: gives it
     variant = yaml.safe_load(config_map["data"][config_path.name])["variants"][spec.id]
     assert variant["precision"] == "int4" and variant["batching"] == {
         "max_batch_size": 16,

@@ -129,3 +129,4 @@ def test_the_rayservice_serves_the_shipped_model_from_its_own_install() -> None:
     assert variant_id == application["args"]["variant_id"]
     assert settings.model_dir is not None and settings.model_dir.name == "int4"
     assert (settings.model_dir / "genai_config.json").is_file()
+    assert settings.spec_name == "tiny-cpu-int4"  # turnout_variant_info names the id
