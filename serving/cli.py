@@ -24,6 +24,7 @@ from serving.errors import ConfigError
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from deploy.local_ports import refuse_taken
     from serving.app import create_app
     from serving.config import default_config, load_config
     from serving.http_protocol import ConnectionLimits, guarded_protocol
@@ -38,6 +39,10 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"turnout: route store {display_url(config.store.url)}", file=sys.stderr)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
+    busy = refuse_taken((port,), "the gateway", host=host)
+    if busy is not None:  # before the models load: uvicorn would say so only after start-up
+        print(f"turnout: {busy} (--port)", file=sys.stderr)
+        return 1
     try:
         app = create_app(config, freeze_heap=True)
     except ConfigError as exc:

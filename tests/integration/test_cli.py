@@ -72,6 +72,9 @@ def test_replica_counts_and_a_taken_port_are_refused_before_anything_starts() ->
         taken = serve("--ray", "--port", port)  # once a 40-line traceback from inside Ray
         assert taken.returncode == 1 and f"port {port} on 127.0.0.1 is already in use" in taken.stderr
         assert "Traceback" not in taken.stderr
+        plain = serve("--port", port)  # once uvicorn's bind error, exit 3, after start-up ran
+        assert plain.returncode == 1 and f"port {port} on 127.0.0.1 is already in use" in plain.stderr
+        assert "Application startup" not in plain.stderr
 
 
 def test_a_store_that_cannot_be_opened_and_a_bad_log_level_are_messages_not_tracebacks(
