@@ -16,8 +16,9 @@ from collections.abc import Iterable
 def taken(ports: Iterable[int], host: str = "127.0.0.1") -> list[int]:
     """The ports of ``ports`` that cannot be bound on ``host`` now (in use, or not allowed)."""
     busy = []
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # `--host ::` binds IPv6
     for port in ports:
-        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        with contextlib.closing(socket.socket(family, socket.SOCK_STREAM)) as probe:
             # As servers bind: a port whose old connections linger in TIME_WAIT is free for them
             # (without it a just-stopped server's port read as taken); a listener still refuses.
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

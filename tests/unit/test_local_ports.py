@@ -41,3 +41,14 @@ def test_one_port_given_to_two_listeners_is_refused_before_anything_binds() -> N
         message == "cannot start tritonserver: port 8000 is given for two of its listeners; give each its own"
     )
     assert refuse_taken([0, 0], "a server") is None  # 0: any free port, each its own
+
+
+def test_an_ipv6_host_is_probed_over_ipv6() -> None:
+    """`turnout serve --host ::1`: an IPv4 probe cannot bind an IPv6 address and read every
+    port as taken."""
+    with socket.socket(socket.AF_INET6) as held:
+        held.bind(("::1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert taken([port], host="::1") == [port]
+    assert taken([port], host="::1") == []
