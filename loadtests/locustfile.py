@@ -58,6 +58,11 @@ def _record(row: dict[str, Any]) -> None:
         _out.write(json.dumps(row) + "\n")
 
 
+def _count(value: object) -> int | None:
+    """A usage count as sent, if it is one (an upstream's odd value must not break the summary)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _content(event: dict[str, Any], chat: bool) -> str:
     choices = event.get("choices") or []
     if not choices:
@@ -135,7 +140,7 @@ class OpenAIUser(FastHttpUser):
                 else:
                     usage = (response.json() or {}).get("usage") or {}
                     row["output_tokens"] = int(usage.get("completion_tokens", 0))
-                    row["prompt_tokens"] = usage.get("prompt_tokens")
+                    row["prompt_tokens"] = _count(usage.get("prompt_tokens"))
                 if row["error"] is None:
                     response.success()
                 else:  # the kind alone: locust's failures table makes a row per distinct text
@@ -200,7 +205,7 @@ class OpenAIUser(FastHttpUser):
             row["detail"] = "[DONE] with no event before it"
         if usage:
             row["output_tokens"] = int(usage.get("completion_tokens", 0))
-            row["prompt_tokens"] = usage.get("prompt_tokens")
+            row["prompt_tokens"] = _count(usage.get("prompt_tokens"))
         else:
             row["output_tokens"], row["tokens_estimated"] = len(stamps), True
         if stamps:
