@@ -44,7 +44,10 @@ def _prompt_sentence(summary: dict[str, Any]) -> str:
     else:
         return ""
     mean = summary["overall"].get("prompt_tokens_mean")
-    counted = f", {mean:.1f} as the server counted them (template included)" if mean is not None else ""
+    counted = ""
+    if mean is not None:  # a chat adds its template's tokens, any prompt its BOS
+        added = "chat template and BOS" if summary["endpoint"] == "chat" else "BOS"
+        counted = f", {mean:.1f} as the server counted them ({added} included)"
     return f" Prompts: {said}{counted}."
 
 

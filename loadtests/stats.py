@@ -29,7 +29,7 @@ class Record:
     output_tokens: int
     tokens_estimated: bool = False  # a stream without usage: its content chunks counted instead
     detail: str | None = None  # what the failure said: the error body's message, the exception
-    prompt_tokens: int | None = None  # as the server counted them (its usage), template included
+    prompt_tokens: int | None = None  # as the server counted them (its usage): BOS, chat template included
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Record:

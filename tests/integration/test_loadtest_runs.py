@@ -94,9 +94,8 @@ def test_a_steady_run_matches_the_gateways_own_counters(embedded: Launched, tmp_
     # 8 tokens of text, as the gateway counted them: BOS and the chat template come on top
     counted = metric_value(embedded.url, "turnout_tokens_total", route=route, kind="prompt") - prompt_tokens
     assert overall["prompt_tokens_mean"] == counted / overall["requests"] == 12.0
-    assert (
-        "Prompts: 8 tokens of text, 12.0 as the server counted them" in (tmp_path / "summary.md").read_text()
-    )
+    said = "Prompts: 8 tokens of text, 12.0 as the server counted them (chat template and BOS included)"
+    assert said in (tmp_path / "summary.md").read_text()
     assert summary["variants"][route]["engine"] == "onnxruntime-genai"
     assert summary["request"]["max_tokens"] == [8, 8] and summary["request"]["requested_duration_s"] == 5.0
     for name in ("locust_stats.csv", "locust.html", "summary.md", "records.jsonl"):
