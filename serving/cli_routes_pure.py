@@ -29,6 +29,7 @@ from serving.routing.spec import (
     describe_split,
     live_targets,
 )
+from serving.routing.spec_errors import field_message
 
 
 class EditError(ValueError):
@@ -39,7 +40,7 @@ def _reason(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"])
-        message = str(error["msg"]).removeprefix("Value error, ")
+        message = field_message(error)
         parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts)
 

@@ -17,12 +17,12 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from deploy.unknown_keys import unknown_key_message
 from serving.api.openai_routes import read_body
 from serving.api.state import AppState
 from serving.auth import Role
 from serving.errors import ClientError, Unprocessable
 from serving.routing.spec import RouteSpec, route_name_problem, write_problems
+from serving.routing.spec_errors import field_message
 from serving.store import RouteVersion
 
 
@@ -80,12 +80,7 @@ def _parse_spec(data: object, known: frozenset[str], aliases: dict[str, str]) ->
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in ("spec", *error["loc"]))
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":  # most often a typo: name the nearest field
-            message = unknown_key_message(RouteSpec, error["loc"], noun="field")
-        elif error["type"] in ("model_type", "dict_type"):  # "a valid dictionary or instance of RouteSpec"
-            message = "must be an object"
-        raise Unprocessable(f"{where}: {message}", param=where) from None
+        raise Unprocessable(f"{where}: {field_message(error)}", param=where) from None
     found = write_problems(spec, known)
     if found:
         raise Unprocessable("spec." + "; spec.".join(found), param="spec")

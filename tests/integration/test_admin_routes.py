@@ -168,6 +168,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.shadows.0.rate: unknown field; did you mean 'sample_rate'?",
     ),
     ("a target that is no object", {"targets": ["a"]}, "spec.targets.0: must be an object"),
+    ("targets that are no list", {"targets": {"variant": "a"}}, "spec.targets: must be a list"),
 ]
 
 

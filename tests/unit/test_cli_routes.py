@@ -187,6 +187,26 @@ def test_load_spec_file_yaml_json_and_show_output(tmp_path: Path) -> None:
         load_spec_file(tmp_path / "missing.yaml")
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # the CLI's flag is --rate; pydantic said "Extra inputs are not permitted"
+        (
+            "shadows: [{variant: b, rate: 0.5}]\n",
+            "shadows.0.rate: unknown field; did you mean 'sample_rate'?",
+        ),
+        ("targets: {variant: a}\n", "targets: must be a list"),  # pydantic: "a valid list"
+        ("targets: [a]\n", "targets.0: must be an object"),  # pydantic: "...or instance of WeightedTarget"
+    ],
+)
+def test_a_spec_file_mistake_names_what_was_meant(tmp_path: Path, text: str, said: str) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text if text.startswith("targets") else "targets: [{variant: a}]\n" + text)
+    with pytest.raises(EditError) as refused:
+        load_spec_file(path)
+    assert str(refused.value) == f"{path}: invalid route spec: {said}"
+
+
 # --- rendering -----------------------------------------------------------------------------------
 
 
