@@ -77,8 +77,8 @@ from pydantic import (
 
 from deploy import accelerators, strict_yaml
 from deploy.accelerators import Vendor
+from deploy.field_errors import plain_reason
 from deploy.model_facts import ModelFacts, ModelFactsError, facts_from_hf_folder, named_facts
-from deploy.unknown_keys import unknown_key_message
 
 Engine = Literal["vllm", "trtllm", "triton-trtllm", "triton-vllm", "onnxruntime-genai"]
 ENGINES: tuple[Engine, ...] = ("vllm", "trtllm", "triton-trtllm", "triton-vllm", "onnxruntime-genai")
@@ -298,10 +298,7 @@ def parse_spec(data: object, source: str = "<spec>", base_dir: Path | None = Non
         lines = [f"{source}: invalid variant spec"]
         for error in exc.errors():
             where = _field_path(error["loc"]) or "(top level)"
-            message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-            if error["type"] == "extra_forbidden":  # a typo, most often: name the nearest field
-                message = unknown_key_message(VariantSpec, error["loc"], noun="field")
-            lines.append(f"  {where}: {message}")
+            lines.append(f"  {where}: {plain_reason(error, VariantSpec, noun='field')}")
         raise SpecError("\n".join(lines)) from None
 
 

@@ -27,7 +27,7 @@ from sqlalchemy.exc import ArgumentError
 
 from backends.settings import EmbeddedSettings, VariantSettings
 from deploy import strict_yaml
-from deploy.unknown_keys import unknown_key_message
+from deploy.field_errors import plain_reason
 from serving.cli_types import LogLevel
 from serving.errors import ConfigError
 from serving.routing.spec import RouteSpec, WeightedTarget, route_name_problem, write_problems
@@ -262,9 +262,7 @@ def _invalid(source: str, exc: ValidationError, more: list[str] | None = None) -
     lines = [f"{source}: invalid gateway config"]
     for error in exc.errors():
         where = _field_path(error["loc"])
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":  # a typo, most often: name the nearest key
-            message = unknown_key_message(GatewayConfig, error["loc"])
+        message = plain_reason(error, GatewayConfig)
         # A whole-config check (a route naming an unknown variant) names its field itself.
         lines.append(f"  {where}: {message}" if where else f"  {message}")
     lines += [f"  {problem}" for problem in more or []]

@@ -10,16 +10,10 @@ from __future__ import annotations
 
 from pydantic_core import ErrorDetails
 
-from deploy.unknown_keys import unknown_key_message
+from deploy.field_errors import plain_reason
 from serving.routing.spec import RouteSpec
-
-_CONTAINERS = {"model_type": "an object", "dict_type": "an object", "list_type": "a list"}
 
 
 def field_message(error: ErrorDetails) -> str:
     """One error's reason, without its place (``shadows.0.rate``: the caller names it)."""
-    if error["type"] == "extra_forbidden":  # most often a typo: `rate` for `sample_rate`
-        return unknown_key_message(RouteSpec, error["loc"], noun="field")
-    if error["type"] in _CONTAINERS:  # pydantic: "a valid dictionary or instance of RouteSpec"
-        return f"must be {_CONTAINERS[error['type']]}"
-    return str(error["msg"]).removeprefix("Value error, ")
+    return plain_reason(error, RouteSpec, mapping="an object", noun="field")

@@ -62,7 +62,22 @@ def test_default_config_serves_three_precisions() -> None:
             GOOD.replace("model: tiny", "modle: tiny"),
             "variants.remote.modle: unknown key; did you mean 'model'?",
         ),
-        (GOOD.replace("kind: openai_http", "kind: grpc"), "variants.remote"),
+        (
+            GOOD.replace("kind: openai_http", "kind: grpc"),
+            "variants.remote: kind 'grpc' is not one of: 'embedded', 'openai_http', 'triton'",
+        ),
+        # pydantic named its own types: "a valid dictionary or instance of BatchingSettings"
+        (
+            GOOD.replace("batching: {max_batch_size: 8}", "batching: 5"),
+            "variants.local.batching: must be a mapping",
+        ),
+        (
+            GOOD.replace(
+                "{targets: [{variant: local}, {variant: remote, weight: 3}]}", "{targets: {variant: local}}"
+            ),
+            "routes.tiny.targets: must be a list",
+        ),
+        ("variants: {a: {kind: embedded}}\nroutes: {}\n", "routes: must not be empty"),
         (GOOD.replace("{variant: local}", "{variant: nowhere}"), "unknown variant 'nowhere'"),
         (GOOD.replace("port: 9000", "port: 70000"), "server.port"),
         (GOOD + "extra_section: 1\n", "extra_section: unknown key"),

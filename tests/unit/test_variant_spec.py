@@ -144,6 +144,8 @@ def test_missing_model_folder_names_the_field(tmp_path: Path) -> None:
     ("changes", "where", "reason"),
     [
         ({"turbo": True}, "turbo", "unknown field"),
+        # pydantic named its own type here: "a valid dictionary or instance of KvCacheSpec"
+        ({"kv_cache": 5}, "kv_cache", "must be a mapping"),
         ({"kv_cache": {"dtype": "fp8", "page": 16}}, "kv_cache.page", "unknown field"),
         ({"accelerator": "h100"}, "accelerator", "unknown accelerator 'h100'"),
         ({"engine": "sglang"}, "engine", "'vllm'"),
