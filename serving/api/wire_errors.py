@@ -16,6 +16,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from deploy.field_errors import plain_reason
 from serving.errors import ClientError
 
 Wire = TypeVar("Wire", bound=BaseModel)
@@ -29,7 +30,6 @@ _NOUNS = {
     "bool": ("true or false", "booleans"),
     "TextPart": ("a content part", "content parts"),
 }
-_OBJECT_TYPES = frozenset({"model_type", "dict_type", "model_attributes_type"})
 _JSON_TYPES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number"}
 
 
@@ -67,7 +67,16 @@ def _place(loc: Sequence[int | str]) -> str | None:
     return ".".join(str(part) for part in loc if not is_union_tag(part)) or None
 
 
-def _union_message(errors: list[ErrorDetails], at: int) -> tuple[str, str | None] | None:
+def _said(error: ErrorDetails, model: type[BaseModel]) -> tuple[str, str | None]:
+    """One error as "place: reason", in JSON's words (``deploy.field_errors``)."""
+    param = _place(error["loc"])
+    reason = plain_reason(error, model, mapping="an object")
+    return (f"{param}: {reason}" if param else reason), param
+
+
+def _union_message(
+    errors: list[ErrorDetails], at: int, model: type[BaseModel]
+) -> tuple[str, str | None] | None:
     """For errors from one union: the furthest member's own error, or what the union takes."""
     prefix = errors[0]["loc"][:at]
     members: dict[str, list[ErrorDetails]] = {}
@@ -81,28 +90,25 @@ def _union_message(errors: list[ErrorDetails], at: int) -> tuple[str, str | None
     furthest = max(reach.values())
     leaders = [tag for tag, depth in reach.items() if depth == furthest]
     if furthest > at + 1 and len(leaders) == 1:  # one member matched the value's shape and went in
-        error = members[leaders[0]][0]
-        param = _place(error["loc"])
-        return (f"{param}: {error['msg']}" if param else error["msg"]), param
+        return _said(members[leaders[0]][0], model)
     field = _place(prefix)
     takes = _either([_noun(tag)[0] for tag in members])
     got = _json_type(members[next(iter(members))][0].get("input"))
-    return f"{field} must be {takes}; got {got}", field
+    return f"{field}: must be {takes}; got {got}", field
 
 
-def validation_message(exc: ValidationError) -> tuple[str, str | None]:
+def validation_message(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str | None]:
     """The message and ``param`` of the 400 for a body that does not fit its wire model."""
     errors = exc.errors()
     error = errors[0]
     at = _union_position(error["loc"])
     if at is not None:
-        found = _union_message(errors, at)
+        found = _union_message(errors, at, model)
         if found is not None:
             return found
-    param = _place(error["loc"])
-    if error["type"] in _OBJECT_TYPES:  # pydantic says "a valid dictionary or instance of StreamOptions"
-        return (f"{param} must be an object" if param else "the request body must be a JSON object"), param
-    return (f"{param}: {error['msg']}" if param else error["msg"]), param
+    if not error["loc"] and error["type"] == "model_type":
+        return "the request body must be a JSON object", None
+    return _said(error, model)
 
 
 def parse_wire(model: type[Wire], body: bytes) -> Wire:
@@ -114,5 +120,5 @@ def parse_wire(model: type[Wire], body: bytes) -> Wire:
                 "We could not parse the JSON body of your request: " + exc.errors()[0]["msg"],
                 code="invalid_json",
             ) from None
-        message, param = validation_message(exc)
+        message, param = validation_message(exc, model)
         raise ClientError(message, param=param, code="invalid_value") from None

@@ -18,16 +18,16 @@ CASES: list[tuple[type[SamplingFields], str, str, str]] = [
         CompletionRequest,
         '{"model": "m", "prompt": {"a": 1}}',
         "prompt",
-        f"prompt must be {_PROMPTS}; got an object",
+        f"prompt: must be {_PROMPTS}; got an object",
     ),
-    (CompletionRequest, '{"model": "m", "prompt": 5}', "prompt", f"prompt must be {_PROMPTS}; got a number"),
-    (CompletionRequest, '{"model": "m", "prompt": null}', "prompt", f"prompt must be {_PROMPTS}; got null"),
+    (CompletionRequest, '{"model": "m", "prompt": 5}', "prompt", f"prompt: must be {_PROMPTS}; got a number"),
+    (CompletionRequest, '{"model": "m", "prompt": null}', "prompt", f"prompt: must be {_PROMPTS}; got null"),
     # every list member goes one level in: no single one to blame
     (
         CompletionRequest,
         '{"model": "m", "prompt": [1, true]}',
         "prompt",
-        f"prompt must be {_PROMPTS}; got a list",
+        f"prompt: must be {_PROMPTS}; got a list",
     ),
     # only the list of token-id lists reaches the bad id
     (
@@ -53,7 +53,7 @@ CASES: list[tuple[type[SamplingFields], str, str, str]] = [
         ChatCompletionRequest,
         _CHAT % ("5", ""),
         "messages.0.content",
-        "messages.0.content must be a string or a list of content parts; got a number",
+        "messages.0.content: must be a string or a list of content parts; got a number",
     ),
     (
         ChatCompletionRequest,
@@ -65,7 +65,7 @@ CASES: list[tuple[type[SamplingFields], str, str, str]] = [
         ChatCompletionRequest,
         _CHAT % ('"a"', ', "stop": 5'),
         "stop",
-        "stop must be a string or a list of strings; got a number",
+        "stop: must be a string or a list of strings; got a number",
     ),
     # pydantic says "a valid dictionary or instance of StreamOptions"; this was once "the request
     # body must be a JSON object", which pointed at the wrong thing
@@ -73,13 +73,21 @@ CASES: list[tuple[type[SamplingFields], str, str, str]] = [
         ChatCompletionRequest,
         _CHAT % ('"a"', ', "stream": true, "stream_options": "x"'),
         "stream_options",
-        "stream_options must be an object",
+        "stream_options: must be an object",
     ),
     (
         ChatCompletionRequest,
         '{"model": "m", "messages": ["hi"]}',
         "messages.0",
-        "messages.0 must be an object",
+        "messages.0: must be an object",
+    ),
+    # pydantic: "List should have at least 1 item after validation, not 0"
+    (ChatCompletionRequest, '{"model": "m", "messages": []}', "messages", "messages: must not be empty"),
+    (
+        ChatCompletionRequest,
+        _CHAT % ("[5]", ""),
+        "messages.0.content.0",
+        "messages.0.content.0: must be an object",
     ),
 ]
 
