@@ -39,12 +39,12 @@ from backends.settings import (
     TritonSettings,
     VariantSettings,
 )
+from deploy.render.common import embedded_batching
 from deploy.spec import SpecError, VariantSpec, load_spec
 from deploy.validate import problems as spec_problems
 
 VLLM_PRESETS = {"nvidia": "vllm-cuda", "amd": "vllm-rocm", "google": "vllm-tpu", "cpu": "vllm-cpu"}
 ORT_PRECISIONS = {"none": "fp32", "ort-int8": "int8", "ort-int4": "int4"}
-EMBEDDED_MAX_BATCH = 32  # ONNX Runtime GenAI batches at most this many prompts per generator
 
 
 class SpecVariant(BaseModel):
@@ -115,10 +115,7 @@ def _embedded(spec: VariantSpec, entry: SpecVariant) -> EmbeddedSettings:
             f"spec: no ONNX Runtime GenAI build at {model_dir} (genai_config.json missing); "
             "build it with `turnout model build` or point model.path at one"
         )
-    batching = BatchingSettings(
-        max_batch_size=min(spec.batching.max_num_seqs, EMBEDDED_MAX_BATCH),
-        max_queue_delay_ms=spec.batching.max_queue_delay_us / 1000,
-    )
+    batching = BatchingSettings.model_validate(embedded_batching(spec))
     return EmbeddedSettings(
         model_dir=model_dir,
         precision=precision,

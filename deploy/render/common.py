@@ -67,6 +67,18 @@ def uses_shipped_model(spec: VariantSpec) -> bool:
     return path is not None and path == (model_dir() / HF_FOLDER).resolve()
 
 
+EMBEDDED_MAX_BATCH = 32  # ONNX Runtime GenAI batches at most this many prompts per generator
+
+
+def embedded_batching(spec: VariantSpec) -> dict[str, int | float]:
+    """The embedded engine's batching (``backends.settings.BatchingSettings``) for ``spec``: its
+    ``max_num_seqs`` capped at what one generator batches, its queue delay in milliseconds."""
+    return {
+        "max_batch_size": min(spec.batching.max_num_seqs, EMBEDDED_MAX_BATCH),
+        "max_queue_delay_ms": spec.batching.max_queue_delay_us / 1000,
+    }
+
+
 def model_source(spec: VariantSpec, *, container: bool = False) -> str:
     """The model folder or Hub id the engine loads (see the module docstring)."""
     local = spec.model.resolved_path()

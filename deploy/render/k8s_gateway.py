@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from deploy.render.common import MODELS_MOUNT, ort_precision, uses_shipped_model
+from deploy.render.common import MODELS_MOUNT, embedded_batching, ort_precision, uses_shipped_model
 from deploy.spec import VariantSpec
 
 GATEWAY_CONFIG_DIR = "/etc/turnout"
 GATEWAY_CONFIG_FILE = "gateway.yaml"
-EMBEDDED_MAX_BATCH = 32  # ONNX Runtime GenAI batches at most this many prompts (backends/settings.py)
 STORE_SECRET = "turnout-store"  # key ``url``: a route store the replicas share, when it exists
 
 
@@ -33,10 +32,7 @@ def gateway_config(spec: VariantSpec) -> dict[str, Any]:
         "model_dir": None if uses_shipped_model(spec) else f"{MODELS_MOUNT}/{spec.name}",
         "precision": ort_precision(spec),
         "accelerator": spec.accelerator,
-        "batching": {
-            "max_batch_size": min(spec.batching.max_num_seqs, EMBEDDED_MAX_BATCH),
-            "max_queue_delay_ms": spec.batching.max_queue_delay_us / 1000,
-        },
+        "batching": embedded_batching(spec),
         "max_model_len": spec.kv_cache.max_model_len,
         "spec_name": spec.name,  # turnout_variant_info's spec label: the id's name
     }
