@@ -73,13 +73,12 @@ from deploy.render.k8s_gateway import (
     gateway_config,
     store_env,
 )
-from deploy.render.ray_serve import GATEWAY_REPLICAS, engine_in_ray, serve_config
+from deploy.render.ray_serve import EMBEDDED_ENGINE, GATEWAY_REPLICAS, engine_in_ray, serve_config
 from deploy.render.trtllm import serve_options, served_model
 from deploy.render.vllm import SERVER_MODULE, environment, server_args
 from deploy.spec import VariantSpec
 
 TRTLLM_CONFIG_DIR = "/etc/turnout"
-EMBEDDED = "onnxruntime-genai"
 GATEWAY_POD_RESOURCES = {"cpu": "2", "memory": "4Gi"}
 
 
@@ -119,12 +118,12 @@ def _command(spec: VariantSpec) -> tuple[list[str], list[str], list[dict[str, An
 
 def _needs_models_volume(spec: VariantSpec) -> bool:
     """Every engine reads /models, except the embedded one serving the model its image ships."""
-    return not (spec.engine == EMBEDDED and uses_shipped_model(spec))
+    return not (spec.engine == EMBEDDED_ENGINE and uses_shipped_model(spec))
 
 
 def engine_container(spec: VariantSpec) -> dict[str, Any]:
     command, args, env, probes = _command(spec)
-    if spec.engine == EMBEDDED:  # the gateway itself: its config, and /models only for other weights
+    if spec.engine == EMBEDDED_ENGINE:  # the gateway itself: its config, and /models only for other weights
         mounts = [{"name": "gateway-config", "mountPath": GATEWAY_CONFIG_DIR, "readOnly": True}]
         if _needs_models_volume(spec):
             mounts.insert(0, {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True})
@@ -148,7 +147,7 @@ def engine_container(spec: VariantSpec) -> dict[str, Any]:
 
 def deployment(spec: VariantSpec) -> dict[str, Any]:
     volumes = pods.volumes()
-    if spec.engine == EMBEDDED:
+    if spec.engine == EMBEDDED_ENGINE:
         volumes = volumes[:1] if _needs_models_volume(spec) else []
         volumes.append({"name": "gateway-config", "configMap": {"name": f"{spec.name}-gateway"}})
     if spec.engine == "trtllm":
@@ -320,7 +319,7 @@ def render_k8s(spec: VariantSpec) -> dict[str, str | bytes]:
     }
     if spec.engine == "trtllm":
         files["k8s/configmap.yaml"] = header(spec) + yaml_documents([config_map(spec)])
-    if spec.engine == EMBEDDED:
+    if spec.engine == EMBEDDED_ENGINE:
         files["k8s/configmap.yaml"] = header(spec) + yaml_documents([gateway_config_map(spec)])
     scaling, monitor = scaled_object(spec), pod_monitor(spec)
     if scaling is not None and monitor is not None:
