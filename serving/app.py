@@ -144,7 +144,7 @@ def create_app(
     spec_names = config.spec_names
     for name, backend in backends.items():
         info = backend.info
-        spec = spec_names.get(name) or config.variants[name].spec_name or ""
+        spec = spec_names.get(name, "")
         metrics.variant_info.labels(name, info.kind, info.engine, info.vendor, info.accelerator, spec).set(1)
         metrics.breaker_open.labels(name).set(0)  # present from the start: alerts need no absent()
         hook = getattr(backend, "set_batch_observer", None)

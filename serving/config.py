@@ -188,8 +188,9 @@ class GatewayConfig(BaseModel):
 
     @property
     def spec_names(self) -> dict[str, str]:
-        """Variant id → spec name (``turnout_variant_info``'s ``spec`` label)."""
-        return {entry.loaded.id: entry.loaded.name for entry in self.specs}
+        """Variant id → spec name (``turnout_variant_info``'s ``spec`` label): every variant whose
+        settings came from a spec (``specs:``, a rendered Ray app or Deployment) or name one."""
+        return {name: settings.spec_name for name, settings in self.variants.items() if settings.spec_name}
 
     @model_validator(mode="after")
     def _routes_name_known_variants(self) -> GatewayConfig:
