@@ -124,15 +124,21 @@ class KeyRing:
     def __init__(self, records: Iterable[KeyLike], *, bootstrap_admin_token: str | None = None) -> None:
         # hash → (the stored hash, its principal): the lookup ends with a constant-time compare.
         self._by_hash: dict[str, tuple[str, Principal]] = {}
+        refused: set[str] = set()
         for record in records:
             if record.revoked_at is not None or not is_role(record.role):
+                refused.add(record.key_hash)
                 continue
             role = cast(Role, record.role)
             principal = Principal(record.name, role, record.rpm, record.tpm, bucket=record.key_hash[:16])
             self._by_hash[record.key_hash] = (record.key_hash, principal)
         if bootstrap_admin_token:
+            # The environment's token is an admin with no name, unless it is also a stored key
+            # (`turnout keys create ops`, then exported for `turnout routes`): then it acts as
+            # that key, its name in the audit log, and revoking the key refuses it too.
             digest = hash_key(bootstrap_admin_token)
-            self._by_hash[digest] = (digest, Principal("env-admin", "admin"))
+            if digest not in self._by_hash and digest not in refused:
+                self._by_hash[digest] = (digest, Principal("env-admin", "admin"))
 
     def __len__(self) -> int:
         return len(self._by_hash)

@@ -89,6 +89,19 @@ def test_bootstrap_admin_token() -> None:
     assert len(KeyRing([], bootstrap_admin_token=None)) == 0
 
 
+def test_bootstrap_token_that_is_a_stored_key_acts_as_that_key() -> None:
+    # README: `turnout keys create ops --role admin`, then `export TURNOUT_ADMIN_TOKEN=tadm-…`
+    # before `turnout serve`: the audit log names ops, and revoking ops refuses the token.
+    token = "tadm-ops-token"
+    ring = KeyRing([Record("ops", "admin", hash_key(token))], bootstrap_admin_token=token)
+    principal = ring.lookup(token)
+    assert principal is not None and principal.name == "ops" and principal.role == "admin"
+    viewer = KeyRing([Record("watch", "viewer", hash_key(token))], bootstrap_admin_token=token)
+    assert viewer.lookup(token) == Principal("watch", "viewer", bucket=hash_key(token)[:16])
+    revoked = KeyRing([Record("ops", "admin", hash_key(token), revoked_at=1.0)], bootstrap_admin_token=token)
+    assert revoked.lookup(token) is None
+
+
 def test_admin_roles_are_ordered() -> None:
     viewer, operator, admin = (Principal(r, r) for r in ("viewer", "operator", "admin"))  # type: ignore[arg-type]
     assert authorize_admin(viewer, "viewer") is viewer
