@@ -22,6 +22,7 @@ from serving.cli_routes_pure import (
     EditError,
     abort_canary,
     add_shadow,
+    audit_table,
     describe_primaries,
     eval_gate,
     history_table,
@@ -71,12 +72,20 @@ class AdminClient:
     def close(self) -> None:
         self._http.close()
 
-    def call(self, method: str, path: str, *, body: Any = None, version: int | None = None) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        version: int | None = None,
+        params: dict[str, str] | None = None,
+    ) -> Any:
         import httpx
 
         headers = {"If-Match": f'"{version}"'} if version is not None else {}
         try:
-            response = self._http.request(method, path, json=body, headers=headers)
+            response = self._http.request(method, path, json=body, headers=headers, params=params)
         except httpx.InvalidURL as exc:
             raise ApiError(None, f"{self.url}{path} is not a URL: {exc}") from None
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
@@ -139,7 +148,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = sub.add_parser(name, help=help_text)
         _common(parser, defaults=False)
-        if name != "list":
+        if name not in ("list", "audit"):
             parser.add_argument("name", help="the route (public model name)")
         return parser
 
@@ -194,6 +203,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     diff = command("diff", "unified diff of two versions' specs")
     diff.add_argument("v1", type=int)
     diff.add_argument("v2", type=int, nargs="?", help="default: the current version")
+    audit = command("audit", "the audit log, newest first: every route change and key created or revoked")
+    audit.add_argument("--route", help="only this route's entries")
+    audit.add_argument("--limit", type=int, default=50, help="entries shown, 1 to 10000 (default 50)")
     for parser in (edit, weights, shadow, canary, rollback):
         parser.add_argument("--reason", help="why (kept in the route's history)")
 
@@ -326,7 +338,21 @@ def _diff(client: AdminClient, args: argparse.Namespace) -> int:
     return 0
 
 
-_READS = {"list": _list, "show": _show, "history": _history, "diff": _diff}
+def _audit(client: AdminClient, args: argparse.Namespace) -> int:
+    params = {"limit": str(args.limit)}
+    if args.route:
+        params["route"] = args.route
+    data = client.call("GET", "/admin/audit", params=params)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    elif not data["entries"]:
+        print(f"no audit entries for route '{args.route}'" if args.route else "no audit entries")
+    else:
+        print(audit_table(data["entries"]))
+    return 0
+
+
+_READS = {"list": _list, "show": _show, "history": _history, "diff": _diff, "audit": _audit}
 _EDITS = {"set": _set, "weights": _weights, "shadow": _shadow, "canary": _canary, "rollback": _rollback}
 _COMMANDS = {**_READS, **_EDITS}
 

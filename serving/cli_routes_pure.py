@@ -324,6 +324,22 @@ def history_table(versions: Sequence[dict[str, Any]]) -> str:
     return render_table(["version", "action", "author", "time", "reason"], rows)
 
 
+def audit_table(entries: Sequence[dict[str, Any]]) -> str:
+    """The audit log as ``turnout routes audit`` prints it (a key's entries have no route)."""
+    rows = [
+        [
+            format_time(entry["at"]),
+            str(entry["actor"]),
+            str(entry["action"]),
+            str(entry["route"]) if entry.get("route") is not None else "-",
+            str(entry["version"]) if entry.get("version") is not None else "-",
+            _shorten(" ".join(str(entry.get("detail") or "").split()), 80),
+        ]
+        for entry in entries
+    ]
+    return render_table(["time", "actor", "action", "route", "version", "detail"], rows)
+
+
 def spec_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> str:
     """Unified diff of two specs written as sorted, indented JSON ("" when equal)."""
 
@@ -364,6 +380,10 @@ def shadow_report(data: dict[str, Any], *, differences_shown: int = 5) -> str:
 def _clip(text: object, width: int = 60) -> str:
     shown = json.dumps(str(text), ensure_ascii=False)
     return shown if len(shown) <= width else shown[: width - 1] + "…"
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _difference_line(difference: dict[str, Any]) -> str:

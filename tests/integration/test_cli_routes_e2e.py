@@ -100,6 +100,12 @@ def test_operator_walkthrough(gateway: Launched) -> None:
     assert current["action"] == "canary-complete" and current["author"] != "canary-judge"
     audit = httpx.get(f"{gateway.url}/admin/audit?route=chat&limit=4", headers=admin()).json()["entries"]
     assert [e["action"] for e in audit] == ["canary-complete", "canary-start", "canary-abort", "canary-start"]
+    printed = routes(gateway, "audit", "--route", "chat", "--limit", "4")
+    assert printed.returncode == 0, printed.stderr
+    rows = printed.stdout.splitlines()[2:]
+    assert [row.split()[3] for row in rows] == [e["action"] for e in audit]
+    assert "promote canary b (remaining steps skipped)" in rows[0]
+    assert "no audit entries for route 'nope'" in routes(gateway, "audit", "--route", "nope").stdout
 
     history = routes(gateway, "history", "chat")
     assert history.returncode == 0 and "try b on 30%" in history.stdout

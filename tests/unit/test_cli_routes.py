@@ -19,6 +19,7 @@ from serving.cli_routes_pure import (
     EditError,
     abort_canary,
     add_shadow,
+    audit_table,
     describe_primaries,
     history_table,
     load_spec_file,
@@ -250,6 +251,25 @@ def test_history_table() -> None:
     assert lines[0].split() == ["version", "action", "author", "time", "reason"]
     assert lines[2].split() == ["1", "seed", "cli:me", "1970-01-01", "00:00:00Z", "from", "config"]
     assert "1970-01-02 00:00:00Z" in lines[3]
+
+
+def test_audit_table() -> None:
+    entries = [
+        {"at": 86400.0, "actor": "ops", "action": "set", "route": "chat", "version": 3, "detail": "a\nb"},
+        {
+            "at": 0.0,
+            "actor": "cli:root",
+            "action": "key-create",
+            "route": None,
+            "version": None,
+            "detail": "name=ops role=admin " + "x" * 100,
+        },
+    ]
+    lines = audit_table(entries).splitlines()
+    assert lines[0].split() == ["time", "actor", "action", "route", "version", "detail"]
+    assert lines[2].split() == ["1970-01-02", "00:00:00Z", "ops", "set", "chat", "3", "a", "b"]
+    assert lines[3].split()[2:6] == ["cli:root", "key-create", "-", "-"]
+    assert lines[3].endswith("…") and len(lines[3].split("-  ", 2)[-1].strip()) <= 80
 
 
 def test_spec_diff() -> None:
