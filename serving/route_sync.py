@@ -59,7 +59,8 @@ class RouteSync:
             self._marker = marker
 
     def _read(self) -> tuple[dict[str, RouteVersion], list[ApiKeyRecord]]:
-        return self.store.current(), list(self.store.keys())
+        # Revoked keys too: the KeyRing refuses them, even when one is also $TURNOUT_ADMIN_TOKEN.
+        return self.store.current(), list(self.store.keys(include_revoked=True))
 
     def _apply(self, current: dict[str, RouteVersion]) -> None:
         known = frozenset(self._gateway.backends)

@@ -183,3 +183,27 @@ def test_admin_tokens_also_call_the_client_api_and_basic_auth_is_told_to_use_bea
     )
     assert basic.status_code == 401
     assert "scheme is 'Basic', not Bearer" in basic.json()["error"]["message"]
+
+
+def test_an_environment_admin_token_that_is_a_stored_key_acts_as_that_key(tmp_path: Path) -> None:
+    """README, Operating routes: `turnout keys create ops --role admin`, the token exported as
+    TURNOUT_ADMIN_TOKEN, then `turnout serve` in that shell: changes are ops's, and revoking ops
+    refuses the token, which the gateway would otherwise take as its nameless env-admin."""
+    with FaultServer(reply="hello there") as upstream:
+        config = write_config(
+            tmp_path / "gateway.yaml",
+            {"a": fault_variant(upstream), "b": fault_variant(upstream)},
+            {"chat": {"targets": [{"variant": "a"}]}},
+        )
+        token = _create(config, "ops", "--role", "admin")
+        with running_gateway(config, env={"TURNOUT_ADMIN_TOKEN": token}) as gateway:
+            spec = {"targets": [{"variant": "b"}]}
+            put = httpx.put(f"{gateway.url}/admin/routes/chat", json={"spec": spec}, headers=admin(token))
+            assert put.status_code == 200, put.text
+            assert put.json()["author"] == "ops"
+            entries = httpx.get(f"{gateway.url}/admin/audit?limit=1", headers=admin(token)).json()["entries"]
+            assert entries[0]["actor"] == "ops"
+            assert turnout("keys", "revoke", "ops", "--config", str(config)).returncode == 0
+            eventually(
+                lambda: httpx.get(f"{gateway.url}/admin/routes", headers=admin(token)).status_code == 401, 2
+            )
