@@ -101,6 +101,11 @@ def serve(args: argparse.Namespace) -> int:
     if busy is not None:  # else Serve's proxy fails deep in Ray with a 40-line traceback
         print(f"turnout: {busy}", file=sys.stderr)
         return 1
+    from serving.store.engine import display_url
+
+    # As `turnout serve` says it; then the ~15 s of Ray's start-up are not silent.
+    print(f"turnout: route store {display_url(config.store.url)}", file=sys.stderr)
+    print(f"turnout: starting a local Ray cluster and {replicas} gateway replica(s) …", file=sys.stderr)
     stop = threading.Event()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(
@@ -127,6 +132,9 @@ def serve(args: argparse.Namespace) -> int:
         "log_level": (args.log_level or "warning").upper(),
         "enable_access_log": args.log_level == "debug",
     }
+    # Serve's driver-side logger says INFO whatever ray.init was told ("Started Serve…",
+    # "Connecting to existing Serve app…", "Deleting app…"): only at --log-level info or debug.
+    logging.getLogger("ray.serve").setLevel(logging_config["log_level"])
     try:
         ray_serve.start(http_options={"host": host, "port": port}, logging_config=logging_config)
         app = build_from_config(config, source, gateway_replicas=replicas, base_dir=base_dir)
@@ -145,6 +153,7 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         served = running.is_set()
         running.set()  # a second Ctrl-C or SIGTERM no longer interrupts the shutdown below
+        deleted = False
         if served:
             # Drain first, as uvicorn does alone: the gateway replicas refuse new requests and
             # end what is still running (serving.ray_drain); deleting the application then stops
@@ -155,9 +164,14 @@ def serve(args: argparse.Namespace) -> int:
             draining = threading.Thread(target=ray_serve.delete, args=("turnout",), daemon=True)
             draining.start()
             draining.join(DRAIN_S)
-        # Serve's graceful shutdown waits on its controller; cap it, then stop the whole node.
-        closing = threading.Thread(target=ray_serve.shutdown, daemon=True)
-        closing.start()
-        closing.join(SHUTDOWN_S)
+            deleted = not draining.is_alive()
+        if not deleted:
+            # Serve's graceful shutdown waits on its controller; cap it, then stop the whole node.
+            # Once the application is deleted it has nothing left to do but kill its controller
+            # under its own long polls, which printed two "(raylet) Task ServeController… failed"
+            # warnings at every Ctrl-C: ray.shutdown() ends the node it started, Serve included.
+            closing = threading.Thread(target=ray_serve.shutdown, daemon=True)
+            closing.start()
+            closing.join(SHUTDOWN_S)
         ray.shutdown()
     return 0

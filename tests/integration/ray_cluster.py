@@ -40,8 +40,17 @@ RPM = 30  # the client key's requests per minute, shared by both gateway replica
 class Cluster:
     """The running ``turnout serve --ray`` process, and a Ray client connection to its cluster."""
 
-    def __init__(self, url: str, pid: int, ray_dir: Path, key: str, faults: dict[str, FaultServer]) -> None:
+    def __init__(
+        self,
+        url: str,
+        pid: int,
+        ray_dir: Path,
+        key: str,
+        faults: dict[str, FaultServer],
+        log: Path | None = None,
+    ) -> None:
         self.url, self.pid, self.ray_dir, self.key, self.faults = url, pid, ray_dir, key, faults
+        self.log = log  # the turnout serve --ray process's output
         self.connected = False
 
     def connect(self) -> None:
@@ -98,7 +107,7 @@ def running_cluster() -> Iterator[Cluster]:
         launched = stack.enter_context(
             gateway_process(config, timeout=150, env=env, extra_args=("--ray", "--replicas", "2"))
         )
-        running = Cluster(launched.url, launched.pid, ray_dir, key, faults)
+        running = Cluster(launched.url, launched.pid, ray_dir, key, faults, launched.log)
         stack.callback(running.disconnect)
         both_replicas_answering(running.url)
         yield running

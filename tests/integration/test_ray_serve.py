@@ -311,6 +311,12 @@ def test_shutdown_drains_what_is_in_flight_and_leaves_no_ray_process(cluster: Cl
     for asker in askers:
         asker.start()
     time.sleep(1.0)  # all under way
+    assert cluster.log is not None
+    started_bytes = cluster.log.read_bytes()
+    said_before, started_said = len(started_bytes), started_bytes.decode(errors="replace")
+    # What a user sees at start: the store and the gateway's address, not Serve's INFO lines.
+    assert "turnout: route store sqlite:///" in started_said and "Ray Serve gateway on" in started_said
+    assert "Connecting to existing Serve app" not in started_said, started_said[-2000:]
     os.kill(cluster.pid, signal.SIGTERM)
     time.sleep(2.0)  # draining
     late = httpx.post(
@@ -330,3 +336,9 @@ def test_shutdown_drains_what_is_in_flight_and_leaves_no_ray_process(cluster: Cl
     leftover = [p.info for p in psutil.process_iter(["pid", "cmdline"])
                 if str(cluster.ray_dir) in " ".join(p.info["cmdline"] or ())]  # fmt: skip
     assert leftover == []
+    # Serve's own shutdown after the deletion killed its controller under its long polls: two
+    # "(raylet) Task ServeController… failed … infinite retries" warnings at every Ctrl-C.
+    with cluster.log.open("rb") as log:
+        log.seek(said_before)
+        said = log.read().decode(errors="replace")
+    assert "ServeController" not in said and "(raylet)" not in said, said[-2000:]
