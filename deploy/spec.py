@@ -59,7 +59,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -79,6 +79,7 @@ from deploy import accelerators, strict_yaml
 from deploy.accelerators import Vendor
 from deploy.field_errors import plain_reason
 from deploy.model_facts import ModelFacts, ModelFactsError, facts_from_hf_folder, named_facts
+from deploy.spec_engine_terms import ENGINE_TERMS
 
 Engine = Literal["vllm", "trtllm", "triton-trtllm", "triton-vllm", "onnxruntime-genai"]
 ENGINES: tuple[Engine, ...] = ("vllm", "trtllm", "triton-trtllm", "triton-vllm", "onnxruntime-genai")
@@ -222,6 +223,9 @@ class AutoscalingSpec(BaseModel):
 
 class VariantSpec(BaseModel):
     model_config = _STRICT
+    # vLLM's, TensorRT-LLM's, Triton's and Ray Serve's names for the fields below: an unknown key
+    # that is one of them is told the field it stands for (deploy.unknown_keys).
+    TERMS_ELSEWHERE: ClassVar[dict[str, str]] = ENGINE_TERMS
 
     name: Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=63)]  # a DNS label
     model: ModelRef

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import yaml
 from pydantic import (
@@ -29,6 +29,7 @@ from backends.settings import EmbeddedSettings, VariantSettings
 from deploy import strict_yaml
 from deploy.field_errors import plain_reason
 from serving.cli_types import LogLevel
+from serving.config_terms import CONFIG_TERMS
 from serving.errors import ConfigError
 from serving.routing.spec import RouteSpec, WeightedTarget, route_name_problem, write_problems
 from serving.spec_variants import SpecVariant, spec_aliases
@@ -140,6 +141,9 @@ class CanarySettings(BaseModel):
 
 class GatewayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # LiteLLM's, Triton's and vLLM's names for what is below: an unknown key that is one of them
+    # is told what it is here (deploy.unknown_keys).
+    TERMS_ELSEWHERE: ClassVar[dict[str, str]] = CONFIG_TERMS
 
     server: ServerSettings = ServerSettings()
     # Validated like a written section, so a bad $TURNOUT_STORE_URL is reported as store.url.
