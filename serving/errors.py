@@ -91,6 +91,18 @@ class Unauthorized(ClientError):
         self.headers.setdefault("www-authenticate", 'Bearer realm="turnout"')  # a 401 must say how (RFC 9110)
 
 
+# The message the API layer cancels a request's work with when its client hangs up
+# (serving.sse.cancel_on_disconnect). Work cancelled without it was cut by the server going
+# down (uvicorn's graceful shutdown, a Ray replica's drain), and its client is told a 503.
+CLIENT_LEFT = "the client closed the connection"
+
+
+def cancelled_status(exc: BaseException) -> int:
+    """The status cancelled work is counted with: 499 when its client left, else 503, what its
+    client is told when the server cuts it (``ShuttingDown``)."""
+    return 499 if getattr(exc, "args", ()) == (CLIENT_LEFT,) else ShuttingDown.status
+
+
 class ClientClosedRequest(ClientError):
     """The client hung up before the answer was ready (nginx's 499; nobody reads the reply)."""
 

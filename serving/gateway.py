@@ -23,7 +23,15 @@ from typing import TypeVar
 
 from backends.base import Backend, Chunk, Completion, GenerateRequest, Usage
 from serving.config import GatewayConfig
-from serving.errors import BackendError, BackendUnavailable, ClientError, NotFound, Overloaded, TurnoutError
+from serving.errors import (
+    BackendError,
+    BackendUnavailable,
+    ClientError,
+    NotFound,
+    Overloaded,
+    TurnoutError,
+    cancelled_status,
+)
 from serving.metrics import GatewayMetrics
 from serving.observations import ObservationLog, counts_as_error
 from serving.routing.answer_text import StreamedAnswer, answer_text
@@ -248,7 +256,9 @@ class Gateway:
             except asyncio.CancelledError as exc:  # the client hung up: the API layer cancelled the work
                 breaker.release(self._clock(), attempt_started)  # a cancelled probe says nothing
                 if exc.args != (SIBLING_FAILED,):  # not counted: its request's failure already is
-                    self._observe(routed, variant, endpoint, 499, (started, attempt_started), None)
+                    status = cancelled_status(exc)  # 499: the client left; 503: the server cut it
+                    at = (started, attempt_started)
+                    self._observe(routed, variant, endpoint, status, at, None, judged=False)
                 raise
             except Exception as exc:  # an adapter bug or an answer it did not foresee: a bad gateway
                 # (unhandled, it was a 500 with no fallback tried, and a half-open breaker's probe
@@ -297,6 +307,7 @@ class Gateway:
         waiting: list[asyncio.Future[Answer]],
     ) -> AsyncIterator[Chunk]:
         status = 200
+        judged = True
         last = first
         delivered = 1 if first.text else 0  # text chunks handed on (see the usage below)
         produced = 1 if _output(first) else 0  # chunks with any output (text, tool calls…): the pace
@@ -322,8 +333,11 @@ class Gateway:
             status = 502
             self._breaker_record(variant, False, started[1])
             raise BackendError(f"variant '{variant}' failed mid-stream: {type(exc).__name__}: {exc}") from exc
-        except BaseException:
-            status = 499  # client went away (cancelled) or the stream was closed early
+        except BaseException as exc:
+            # The client went away (cancelled, or the stream closed early): 499; cancelled with no
+            # client gone, the server is going down and the client gets an error event: 503.
+            status = cancelled_status(exc) if isinstance(exc, asyncio.CancelledError) else 499
+            judged = False
             raise
         finally:
             self.metrics.route_in_flight(routed.route.name).dec()
@@ -343,9 +357,10 @@ class Gateway:
             # A stream that ended without its usage (the client left, the upstream cut it) still
             # produced tokens: one per text chunk delivered, a lower bound (as a key's TPM charge).
             usage = last.usage or Usage(completion_tokens=delivered)
-            self._observe(routed, variant, endpoint, status, started, ttft, usage)
-            if answer is not None:
-                resolve(waiting, Answer(status, answer.text(), self._clock() - started[0]))
+            self._observe(routed, variant, endpoint, status, started, ttft, usage, judged=judged)
+            if answer is not None:  # a cut stream is nothing to compare with: as a client's leaving
+                shown = status if judged else 499
+                resolve(waiting, Answer(shown, answer.text(), self._clock() - started[0]))
 
     # -- side effects ------------------------------------------------------------------------
 
@@ -397,6 +412,8 @@ class Gateway:
         started: tuple[float, float],
         ttft: float | None,
         usage: Usage | None = None,
+        *,
+        judged: bool = True,
     ) -> None:
         """Time a finished request now; write its metrics and canary sample once the answer is out.
 
@@ -406,7 +423,7 @@ class Gateway:
         now, at = self._clock(), self._wall()
         request_s, attempt_s = now - started[0], now - started[1]
         _after_this_turn(
-            self._record, routed, variant, endpoint, status, at, (request_s, attempt_s), ttft, usage
+            self._record, routed, variant, endpoint, status, at, (request_s, attempt_s), ttft, usage, judged
         )
 
     def _record(
@@ -419,6 +436,7 @@ class Gateway:
         elapsed: tuple[float, float],
         ttft: float | None,
         usage: Usage | None,
+        judged: bool,
     ) -> None:
         series = self.metrics.series(routed.route.name, variant, endpoint)
         series.requests(status).inc()
@@ -426,7 +444,8 @@ class Gateway:
         if usage is not None:
             series.prompt_tokens.inc(usage.prompt_tokens)
             series.completion_tokens.inc(usage.completion_tokens)
-        self._record_sample(routed, variant, status, at, elapsed[1], ttft)
+        if judged:  # not a request its client left or the server cut: that says nothing of the variant
+            self._record_sample(routed, variant, status, at, elapsed[1], ttft)
 
 
 # The message a prompt's call is cancelled with when another prompt of the same /v1/completions

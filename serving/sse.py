@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope, Send
 
-from serving.errors import ShuttingDown
+from serving.errors import CLIENT_LEFT, ShuttingDown
 
 DONE = b"data: [DONE]\n\n"
 _CUT_STREAM_END_S = 1.0  # how long ending a stream the server stopped may take
@@ -42,7 +42,7 @@ def cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> asyncio.T
     async def watch() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
-        task.cancel()
+        task.cancel(CLIENT_LEFT)  # how the work tells a client's leaving from a shutdown's cut
 
     return asyncio.ensure_future(watch())
 
