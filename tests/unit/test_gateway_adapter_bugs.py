@@ -11,23 +11,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, SamplingParams, Usage
+from backends.base import Chunk, Completion, GenerateRequest, Usage
 from serving.config import GatewayConfig
 from serving.errors import BackendError
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
+from tests.unit.inprocess_backend import REQUEST, InProcessBackend
 
-REQUEST = GenerateRequest(kind="chat", params=SamplingParams(), messages=[{"role": "user", "content": "hi"}])
 
-
-class Buggy:
-    info = BackendInfo(kind="openai_http", engine="vllm")
-
-    async def start(self) -> None: ...
-    async def close(self) -> None: ...
-    def ready(self) -> bool:
-        return True
-
+class Buggy(InProcessBackend):
     async def complete(self, request: GenerateRequest) -> Completion:
         raise TypeError("can only concatenate str (not 'int') to str")
 

@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, SamplingParams
+from backends.base import Chunk, Completion, GenerateRequest
 from serving.config import GatewayConfig
 from serving.errors import CLIENT_LEFT
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
+from tests.unit.inprocess_backend import REQUEST, InProcessBackend
 
-REQUEST = GenerateRequest(kind="chat", params=SamplingParams(), messages=[{"role": "user", "content": "hi"}])
 OPENAI = {"kind": "openai_http", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
 PLAN = {"stable": "a", "canary": "b", "steps": [100], "gates": [{"metric": "error_rate", "max": 0.1}]}
 CONFIG = {  # a canary at 100%: every request goes to b, and a judged one would be b's sample
@@ -29,15 +29,8 @@ CONFIG = {  # a canary at 100%: every request goes to b, and a judged one would 
 }  # fmt: skip
 
 
-class Hanging:
+class Hanging(InProcessBackend):
     """Answers nothing until cancelled; a stream sends one chunk first."""
-
-    info = BackendInfo(kind="openai_http", engine="vllm")
-
-    async def start(self) -> None: ...
-    async def close(self) -> None: ...
-    def ready(self) -> bool:
-        return True
 
     async def complete(self, request: GenerateRequest) -> Completion:
         await asyncio.Event().wait()

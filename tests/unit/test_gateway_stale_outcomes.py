@@ -13,27 +13,19 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, SamplingParams, Usage
+from backends.base import Chunk, Completion, GenerateRequest, Usage
 from serving.config import GatewayConfig
 from serving.errors import BackendError, BackendUnavailable
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
+from tests.unit.inprocess_backend import REQUEST, InProcessBackend
 
-REQUEST = GenerateRequest(kind="chat", params=SamplingParams(), messages=[{"role": "user", "content": "hi"}])
 
-
-class Scripted:
+class Scripted(InProcessBackend):
     """Each call takes the next step: an exception to raise, or a gate to wait on before answering."""
-
-    info = BackendInfo(kind="openai_http", engine="vllm")
 
     def __init__(self, steps: list[BaseException | asyncio.Event]) -> None:
         self.steps = steps
-
-    async def start(self) -> None: ...
-    async def close(self) -> None: ...
-    def ready(self) -> bool:
-        return True
 
     async def complete(self, request: GenerateRequest) -> Completion:
         step = self.steps.pop(0)

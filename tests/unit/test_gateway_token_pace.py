@@ -11,26 +11,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, SamplingParams, Usage
+from backends.base import Chunk, Completion, GenerateRequest, Usage
 from serving.config import GatewayConfig
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
+from tests.unit.inprocess_backend import REQUEST, InProcessBackend
 
-REQUEST = GenerateRequest(kind="chat", params=SamplingParams(), messages=[{"role": "user", "content": "hi"}])
 
-
-class Merging:
+class Merging(InProcessBackend):
     """Ten tokens in three chunks, one second apart, with or without the usage at the end."""
-
-    info = BackendInfo(kind="openai_http", engine="vllm")
 
     def __init__(self, now: list[float], usage: bool) -> None:
         self.now, self.usage = now, usage
-
-    async def start(self) -> None: ...
-    async def close(self) -> None: ...
-    def ready(self) -> bool:
-        return True
 
     async def complete(self, request: GenerateRequest) -> Completion:
         raise NotImplementedError
