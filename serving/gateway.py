@@ -253,7 +253,7 @@ class Gateway:
                 self._breaker_record(variant, True, attempt_started)
                 self._observe(routed, variant, endpoint, exc.status, (started, attempt_started), None)
                 raise
-            except asyncio.CancelledError as exc:  # the client hung up: the API layer cancelled the work
+            except asyncio.CancelledError as exc:  # the client hung up, or the server is going down
                 breaker.release(self._clock(), attempt_started)  # a cancelled probe says nothing
                 if exc.args != (SIBLING_FAILED,):  # not counted: its request's failure already is
                     status = cancelled_status(exc)  # 499: the client left; 503: the server cut it
