@@ -107,8 +107,18 @@ class Verdict:
 _LABELS = {"error_rate": "error rate", "p95_ttft_ms": "p95 TTFT", "p95_latency_ms": "p95 latency"}
 
 
+def _ms(value: float) -> str:
+    """Whole milliseconds, with two significant digits below 10 (a 0.5 ms gate is not "0 ms")."""
+    return f"{value:.0f} ms" if value >= 10 else f"{value:.2g} ms"
+
+
+def _share(value: float) -> str:
+    """A percentage to a tenth, with two significant digits below 0.1% (not "0.0%" for 0.05%)."""
+    return f"{value:.1%}" if value == 0 or value >= 0.001 else f"{100 * value:.2g}%"
+
+
 def _fmt(metric: str, value: float) -> str:
-    return f"{value:.1%}" if metric == "error_rate" else f"{value:.0f} ms"
+    return _share(value) if metric == "error_rate" else _ms(value)
 
 
 def _values_behind(metric: str, stats: WindowStats) -> int:
@@ -211,11 +221,11 @@ def judge(
     if eval_gate is not None and scores is None:
         wanted = f"{eval_gate.dataset} ({eval_gate.examples} examples)"
         return Verdict("hold", f"waiting: eval of the canary on {wanted}")
-    metrics = [f"error rate {canary.error_rate:.1%}"]
+    metrics = [f"error rate {_share(canary.error_rate)}"]
     if canary.p95_ttft_ms is not None:
-        metrics.append(f"p95 TTFT {canary.p95_ttft_ms:.0f} ms")
+        metrics.append(f"p95 TTFT {_ms(canary.p95_ttft_ms)}")
     if canary.p95_latency_ms is not None:
-        metrics.append(f"p95 latency {canary.p95_latency_ms:.0f} ms")
+        metrics.append(f"p95 latency {_ms(canary.p95_latency_ms)}")
     if scores is not None:
         metrics.append(_eval_shown(scores))
     return Verdict(

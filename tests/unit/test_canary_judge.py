@@ -181,6 +181,17 @@ def test_promote_splits_traffic_by_the_next_step() -> None:
             stats(200, errors=6),
             "error rate 3.0% > 2× stable's 0.5% over 200 requests",
         ),
+        # small bounds keep two significant digits (a 0.5 ms gate read "7 ms > 0 ms")
+        (
+            SloGate(metric="p95_latency_ms", max=0.5),
+            stats(138, latency=7.44),
+            "p95 latency 7.4 ms > 0.5 ms over 138 requests",
+        ),
+        (
+            SloGate(metric="error_rate", max=0.0005),
+            stats(2000, errors=2),
+            "error rate 0.1% > 0.05% over 2000 requests",
+        ),
     ],
 )
 def test_rollback_on_each_gate(gate: SloGate, canary: WindowStats, reason: str) -> None:
