@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from backends.base import Backend
 from backends.registry import build_backend
 from serving.access import Access
-from serving.api import admin_routes, health, openai_routes
+from serving.api import admin_keys, admin_routes, health, openai_routes
 from serving.api import errors as api_errors
 from serving.api.openai_routes import request_id
 from serving.api.state import AppState
@@ -207,6 +207,7 @@ def create_app(
     app.add_route("/ready", health.ready, methods=["GET"])
     app.add_route("/metrics", health.metrics, methods=["GET"])
     admin_routes.install(app)
+    admin_keys.install(app)
     app.add_exception_handler(TurnoutError, api_errors.handle_turnout_error)
     app.add_exception_handler(HTTPException, api_errors.handle_http_exception)
     app.add_exception_handler(Exception, api_errors.handle_unexpected)

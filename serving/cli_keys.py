@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from serving.auth import ROLES, hash_key, key_prefix, new_key
+from serving.auth import ROLES
 from serving.cli_types import key_name
 from serving.errors import ConfigError, TurnoutError
 
@@ -94,16 +94,7 @@ def keys_table(records: list[ApiKeyRecord], *, with_revoked: bool = False) -> st
 def _execute(store: RouteStore, args: argparse.Namespace) -> int:
     actor = f"cli:{getpass.getuser()}"
     if args.keys_command == "create":
-        key = new_key(args.role)
-        record = store.add_key(
-            name=args.name,
-            role=args.role,
-            key_hash=hash_key(key),
-            prefix=key_prefix(key),
-            rpm=args.rpm,
-            tpm=args.tpm,
-            actor=actor,
-        )
+        key, record = store.issue_key(name=args.name, role=args.role, rpm=args.rpm, tpm=args.tpm, actor=actor)
         print(key)
         print(
             f"created {record.role} key '{record.name}'. This is the only time the key is shown: "

@@ -29,15 +29,22 @@ def tcp_port(text: str) -> int:
 _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}")
 
 
+def key_name_problem(text: str) -> str | None:
+    """Why ``text`` cannot name an API key (the CLI's and the admin API's words), or None."""
+    if _KEY_NAME.fullmatch(text):
+        return None
+    return (
+        f"{text!r} is not a key name: use 1-64 letters, digits and . _ @ : -, starting with a letter or digit"
+    )
+
+
 def key_name(text: str) -> str:
     """An API key's name: 1-64 letters, digits and ``._@:-``, starting with a letter or digit.
 
     It is shown in tables, the audit log and the ``key`` label of rate-limit metrics, so an
     empty name, spaces or control characters are refused when the key is made.
     """
-    if not _KEY_NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a key name: use 1-64 letters, digits and . _ @ : -, "
-            "starting with a letter or digit"
-        )
+    problem = key_name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text

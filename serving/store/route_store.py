@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
+from serving.auth import Role, hash_key, key_prefix, new_key
 from serving.errors import ClientError, ConfigError, Conflict
 from serving.routing.canary import hand_edit_action
 from serving.routing.spec import RouteSpec
@@ -265,6 +266,23 @@ class RouteStore:
             if any(key.name == name for key in self.keys()):
                 raise keys.key_name_taken(name) from None
             raise Conflict("an API key with that hash already exists", code="key_exists") from None
+
+    def issue_key(
+        self, *, name: str, role: Role, rpm: int | None = None, tpm: int | None = None, actor: str
+    ) -> tuple[str, ApiKeyRecord]:
+        """Make a new key of ``role``'s kind and store its hash: the key (the only time it is
+        seen: ``turnout keys create`` prints it, ``POST /admin/keys`` answers it) and its record."""
+        key = new_key(role)
+        record = self.add_key(
+            name=name,
+            role=role,
+            key_hash=hash_key(key),
+            prefix=key_prefix(key),
+            rpm=rpm,
+            tpm=tpm,
+            actor=actor,
+        )
+        return key, record
 
     def keys(self, *, include_revoked: bool = False) -> list[ApiKeyRecord]:
         with self._reading() as conn:
