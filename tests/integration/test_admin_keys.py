@@ -3,6 +3,9 @@ store, for an operator who reaches the gateway and not its database (README, Key
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import httpx
@@ -11,7 +14,7 @@ import pytest
 
 from backends.fault import FaultServer
 from serving.launcher import Launched
-from tests.integration.control_plane import admin, fault_variant, running_gateway, write_config
+from tests.integration.control_plane import ADMIN_TOKEN, admin, fault_variant, running_gateway, write_config
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +84,30 @@ def test_only_an_admin_manages_keys_and_bad_bodies_say_why(gateway: Launched) ->
         )
     broken = httpx.post(f"{gateway.url}/admin/keys", content=b"{", headers=admin(), timeout=10)
     assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_json"
+
+
+def test_turnout_keys_with_url_goes_through_the_admin_api(gateway: Launched) -> None:
+    def keys(*argv: str, token: str | None = ADMIN_TOKEN) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "TURNOUT_ADMIN_TOKEN"}
+        extra = ("--token", token) if token else ()
+        command = [sys.executable, "-m", "serving.cli", "keys", *argv, "--url", gateway.url, *extra]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, check=False)
+
+    made = keys("create", "cli-app", "--rpm", "7")
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    assert key.startswith("sk-turnout-") and "only time the key is shown" in made.stderr
+    answered = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=10,
+    )
+    assert answered.status_code == 200
+    listed = keys("list")
+    assert listed.returncode == 0 and "cli-app" in listed.stdout and " 7 " in listed.stdout, listed.stdout
+    assert keys("revoke", "cli-app").returncode == 0
+    gone = keys("revoke", "cli-app")
+    assert gone.returncode == 1 and "404 no active API key named 'cli-app'" in gone.stderr
+    anonymous = keys("list", token=None)
+    assert anonymous.returncode == 1 and "pass --token" in anonymous.stderr
