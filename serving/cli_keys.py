@@ -200,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
     2 on config."""
     if getattr(args, "url", None):
         return _run_remote(args)
+    if getattr(args, "token", None):  # a store has no tokens to check: the caller meant --url
+        print("turnout: --token goes with --url (a gateway's admin API)", file=sys.stderr)
+        return 2
     try:
         url = store_url(args)
     except ConfigError as exc:

@@ -111,3 +111,9 @@ def test_turnout_keys_with_url_goes_through_the_admin_api(gateway: Launched) -> 
     assert gone.returncode == 1 and "404 no active API key named 'cli-app'" in gone.stderr
     anonymous = keys("list", token=None)
     assert anonymous.returncode == 1 and "pass --token" in anonymous.stderr
+    env = {k: v for k, v in os.environ.items() if k != "TURNOUT_ADMIN_TOKEN"}
+    stray = subprocess.run(  # a token without --url would be ignored by the store: refused
+        [sys.executable, "-m", "serving.cli", "keys", "list", "--token", ADMIN_TOKEN, "--store", "sqlite://"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert stray.returncode == 2 and "--token goes with --url" in stray.stderr
