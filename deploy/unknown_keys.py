@@ -78,11 +78,6 @@ def key_places(model: type[BaseModel]) -> Mapping[str, tuple[str, ...]]:
     return _schema_places(model)[0]
 
 
-def known_keys(model: type[BaseModel]) -> tuple[str, ...]:
-    """Every key ``model`` may hold, at any depth."""
-    return tuple(sorted(key_places(model)))
-
-
 def _shown(place: str) -> str:
     return place.replace("*", "<name>")
 
@@ -129,14 +124,7 @@ def _having(tags: list[tuple[str, str]]) -> str:
 def _related(key: str, name: str) -> bool:
     """A word of ``name`` (``rate`` of ``sample_rate``) or its first six letters and more
     (``quantize`` of ``quantization``)."""
-    if key in name.split("_"):
-        return True
-    shared = 0
-    for a, b in zip(key, name, strict=False):
-        if a != b:
-            break
-        shared += 1
-    return shared >= 6
+    return key in name.split("_") or (len(key) >= 6 and name[:6] == key[:6])
 
 
 def unknown_key_message(model: type[BaseModel], loc: tuple[int | str, ...], noun: str = "key") -> str:
