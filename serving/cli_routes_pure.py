@@ -370,6 +370,10 @@ def shadow_report(data: dict[str, Any], *, differences_shown: int = 5) -> str:
         columns += [key for key in summary if key not in columns]
     rows = [[variant, *(_cell(summary.get(c)) for c in columns)] for variant, summary in shadows.items()]
     out = [render_table(["variant", *columns], rows)]
+    replicas: dict[str, dict[str, Any]] = data.get("gateway_replicas") or {}
+    if replicas:  # a Ray Serve application's: the figures are every gateway replica's together
+        each = ", ".join(f"{replica} sent {figures.get('sent')}" for replica, figures in replicas.items())
+        out.append(f"\nover {len(replicas)} gateway replicas: {each}")
     differences = data.get("recent_differences") or []
     out.append(f"\nrecent differences: {len(differences)} (newest first)")
     for difference in differences[:differences_shown]:
@@ -389,10 +393,12 @@ def _shorten(text: str, width: int) -> str:
 def _difference_line(difference: dict[str, Any]) -> str:
     primary = difference.get("primary") or {}
     shadow = difference.get("shadow_answer") or {}
+    replica = difference.get("gateway_replica")
     return (
         f"  {difference.get('shadow')}: similarity {_cell(difference.get('similarity'))}, "
         f"latency {_cell(difference.get('latency_delta_ms'))} ms vs primary, "
-        f"status {primary.get('status')}/{shadow.get('status')}\n"
+        f"status {primary.get('status')}/{shadow.get('status')}"
+        f"{f', gateway replica {replica}' if replica else ''}\n"
         f"    primary {_clip(primary.get('text', ''))}\n"
         f"    shadow  {_clip(shadow.get('text', ''))}"
     )

@@ -9,7 +9,8 @@ replica polls the same route store (``store.url``: SQLite on one node, PostgreSQ
 nodes), so an admin change made through any replica reaches all of them within the poll
 interval. Each response names the replica that served it in ``x-turnout-replica``. A scrape of
 ``/metrics`` answers for every gateway replica, each series labelled ``gateway_replica``
-(``serving.metrics_merge``), whichever replica Serve's proxy sent it to.
+(``serving.metrics_merge``), whichever replica Serve's proxy sent it to, and so does a shadow
+comparison (``GET /admin/routes/{name}/shadow``: ``serving.shadow_merge``).
 
 A gateway replica reports ready only after its engine deployments have loaded their models and
 the rate counter has answered (``_ReplicaEdge``), so the first requests never pay for either.
@@ -31,7 +32,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import generate_latest
 from pydantic import HttpUrl
@@ -45,6 +46,7 @@ from backends.settings import EmbeddedSettings
 from deploy.model.artifacts import hf_dir
 from deploy.render import ray_serve as rendered
 from deploy.spec import VariantSpec, parse_spec
+from serving.api.state import AppState
 from serving.config import GatewayConfig, load_config, parse_config
 from serving.metrics import GatewayMetrics
 from serving.metrics_merge import merge_pages
@@ -76,6 +78,7 @@ HEALTH_CHECK_S = 2.0
 WARM_TIMEOUT_S = 120.0  # a gateway replica waits this long for its engines before serving anyway
 PAGE_EVERY_S = 2.0  # each gateway replica publishes its /metrics page this often (and on a scrape)
 PAGE_TIMEOUT_S = 2.0
+_Shared = TypeVar("_Shared")  # what each gateway replica shares through the counter (a page, a record)
 
 
 class _ReplicaEdge:
@@ -137,6 +140,8 @@ class TurnoutGateway:
         self.replicas = replicas
         self.replica = "local"  # Serve's id of this replica, once the app is built
         self._metrics: GatewayMetrics | None = None
+        self._state: AppState | None = None
+        self._shadows_sent = 0  # the shadow record's fingerprint the counter holds (0: none)
         self._publishing: asyncio.Task[None] | None = None
         self._gate: DrainGate | None = None
         self._watching: asyncio.Task[None] | None = None
@@ -193,17 +198,19 @@ class TurnoutGateway:
         page: bytes = generate_latest(self._metrics.registry)
         return page.decode()
 
-    async def _exchange_pages(self, page: str) -> dict[str, str]:
-        """This replica's page in, every live gateway replica's out (this one's at least)."""
+    async def _everyones(self, method: str, own: _Shared) -> dict[str, _Shared]:
+        """This replica's ``own`` in through the counter's ``method`` (``metrics_pages``,
+        ``shadow_states``), every live gateway replica's out: this one's at least, alone while
+        the counter restarts."""
         try:
-            pages: dict[str, str] = await asyncio.wait_for(
-                self.counter.metrics_pages.remote(self.replica, page), PAGE_TIMEOUT_S
+            found: dict[str, _Shared] = await asyncio.wait_for(
+                getattr(self.counter, method).remote(self.replica, own), PAGE_TIMEOUT_S
             )
-        except Exception as exc:  # the counter restarting: this replica's page alone
-            log.debug("gateway pages not exchanged: %s", exc)
-            pages = {}
-        pages[self.replica] = page
-        return pages
+        except Exception as exc:
+            log.debug("gateway replicas' %s not exchanged: %s", method, exc)
+            found = {}
+        found[self.replica] = own
+        return found
 
     async def _publish_pages(self) -> None:
         while True:
@@ -212,14 +219,33 @@ class TurnoutGateway:
                 await asyncio.wait_for(
                     self.counter.publish_page.remote(self.replica, self._own_page()), PAGE_TIMEOUT_S
                 )
+                await self._publish_shadows()
             except Exception as exc:  # the counter restarting: the next publish gets through
                 log.debug("gateway page not published: %s", exc)
+
+    async def _publish_shadows(self) -> None:
+        """This replica's shadow record, in full when it changed since the counter last got it."""
+        assert self._state is not None  # set when the app was built
+        fingerprint = self._state.shadow_recorder.fingerprint()
+        if not fingerprint:  # nothing mirrored here yet
+            return
+        changed = fingerprint != self._shadows_sent
+        tee = self._state.gateway.shadows
+        in_flight = tee.in_flight if tee else 0
+        own = self._state.shadow_recorder.state() if changed else None
+        kept = await asyncio.wait_for(
+            self.counter.publish_shadows.remote(self.replica, own, in_flight), PAGE_TIMEOUT_S
+        )
+        self._shadows_sent = fingerprint if kept else 0
+
+    async def _shadow_states(self, own: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return await self._everyones("shadow_states", own)
 
     async def _merged_page(self, own: bytes) -> bytes:
         """The answer to a scrape: every gateway replica's series (``serving.metrics_merge``);
         this replica's own page if the others' cannot be merged."""
         text = own.decode()
-        pages = await self._exchange_pages(text)
+        pages = await self._everyones("metrics_pages", text)
         try:
             return merge_pages(text, pages)
         except Exception:
@@ -246,7 +272,9 @@ class TurnoutGateway:
         self.replica = str(replica)
         state = app.state.turnout
         self._metrics = state.metrics
+        self._state = state
         state.metrics_page = self._merged_page  # a scrape answers for every gateway replica
+        state.shadow_states = self._shadow_states  # so does a shadow comparison
         self._gate = DrainGate(app)
         return _ReplicaEdge(self._gate, replica, self._warm)
 

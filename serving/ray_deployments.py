@@ -16,7 +16,9 @@ Serve's choosing (the least busy), so polling the engines would miss the busy on
 Gateway pages: every gateway replica publishes its own ``/metrics`` page here every
 ``serving.ray_app.PAGE_EVERY_S`` (:meth:`TurnoutRateCounter.publish_page`), and on each scrape
 it answers publishes it again and gets every live replica's back
-(:meth:`TurnoutRateCounter.metrics_pages`), so any replica can answer a scrape for all.
+(:meth:`TurnoutRateCounter.metrics_pages`), so any replica can answer a scrape for all. Their
+shadow records travel the same way (:meth:`TurnoutRateCounter.publish_shadows`,
+:meth:`TurnoutRateCounter.shadow_states`), so any replica answers a shadow comparison for all.
 
 Plain classes: ``serving.ray_app`` turns them into deployments with ``serve.deployment``, so
 they stay typed and can be exercised without Ray.
@@ -158,6 +160,7 @@ class TurnoutRateCounter:
         self._engines: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
         self.samples = SampleKeeper(clock)  # the canary judges' (serving.observations)
         self._pages: dict[str, tuple[float, str]] = {}  # gateway replica → (when, its /metrics page)
+        self._shadows: dict[str, tuple[float, dict[str, Any]]] = {}  # gateway replica → (when, shadow record)
         self._drain_began: float | None = None  # when `turnout serve --ray` asked to drain
         self._draining: dict[str, int] = {}  # gateway replica → requests in flight, since the drain
 
@@ -209,6 +212,28 @@ class TurnoutRateCounter:
         (``serving.metrics_merge``)."""
         await self.publish_page(replica, page)
         return {r: text for r, (_, text) in self._pages.items()}
+
+    async def publish_shadows(self, replica: str, state: dict[str, Any] | None, in_flight: int) -> bool:
+        """A gateway replica's shadow record (``ShadowRecorder.state``), or None for "unchanged
+        since my last", with its copies in flight. False: no earlier record is here to keep (the
+        counter restarted, or it went stale), so the replica sends its record in full next time."""
+        now = self._clock()
+        for gone in [r for r, (at, _) in self._shadows.items() if now - at > PAGE_STALE_S]:
+            del self._shadows[gone]
+        if state is None:
+            kept = self._shadows.get(replica)
+            if kept is None:
+                return False
+            state = kept[1]
+        self._shadows[replica] = (now, {**state, "in_flight": in_flight})
+        return True
+
+    async def shadow_states(self, replica: str, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """A gateway replica's shadow record in (with ``in_flight``); every live replica's out
+        (those heard from within ``PAGE_STALE_S``), for one comparison over all
+        (``serving.shadow_merge``)."""
+        await self.publish_shadows(replica, state, int(state.get("in_flight", 0)))
+        return {r: found for r, (_, found) in self._shadows.items()}
 
     async def observations(self, tagged: list[Tagged], judged: dict[Key, float]) -> dict[Key, WindowStats]:
         """A gateway replica's new canary samples in, the judge's summaries over every replica's

@@ -1,7 +1,9 @@
 """Running comparison summary per (route, shadow) and a capped list of recent differing pairs.
 
 Fed by ``serving.shadow.ShadowTee`` after each primary/shadow pair is compared (the pure
-comparison lives in ``serving.routing.compare``); read by ``GET /admin/routes/{name}/shadow``.
+comparison lives in ``serving.routing.compare``); read by ``GET /admin/routes/{name}/shadow``
+through :meth:`ShadowRecorder.state`, which ``serving.shadow_merge`` summarises (under Ray Serve,
+with every gateway replica's state).
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from typing import Any
 from serving.routing.compare import Answer, Comparison
 
 _TEXT_CAP = 2_000  # characters of each answer kept in a recent difference
+TALLY_COUNTS = (
+    "sent", "compared", "answered", "exact_matches", "status_mismatches", "errors", "timeouts",
+    "dropped", "skipped", "similarity_sum", "length_ratio_sum",
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -35,6 +41,17 @@ class ShadowTally:
     similarity_sum: float = 0.0
     length_ratio_sum: float = 0.0
     latency_deltas: deque[float] = field(default_factory=lambda: deque(maxlen=1_000))
+
+    def state(self) -> dict[str, Any]:
+        """The raw counts, sums and latency deltas (JSON), which add up across gateway replicas."""
+        counts = {name: getattr(self, name) for name in TALLY_COUNTS}
+        return {**counts, "latency_deltas": list(self.latency_deltas)}
+
+    def add(self, state: dict[str, Any]) -> None:
+        """Another tally's :meth:`state` added to this one."""
+        for name in TALLY_COUNTS:
+            setattr(self, name, getattr(self, name) + state.get(name, 0))
+        self.latency_deltas.extend(state.get("latency_deltas", ()))
 
     def as_dict(self) -> dict[str, Any]:
         deltas = list(self.latency_deltas)
@@ -69,7 +86,7 @@ class ShadowRecorder:
     def __init__(self, recent_cap: int) -> None:
         self._tallies: dict[tuple[str, str], ShadowTally] = {}
         self._recent: dict[str, deque[dict[str, Any]]] = {}
-        self._recent_cap = recent_cap
+        self.recent_cap = recent_cap
 
     def tally(self, route: str, shadow: str) -> ShadowTally:
         found = self._tallies.get((route, shadow))
@@ -95,10 +112,10 @@ class ShadowRecorder:
             tally.similarity_sum += result.similarity
             tally.length_ratio_sum += result.length_ratio
             tally.latency_deltas.append(result.latency_delta_s)
-        if result.differs and self._recent_cap:
+        if result.differs and self.recent_cap:
             recent = self._recent.get(route)
             if recent is None:
-                recent = self._recent[route] = deque(maxlen=self._recent_cap)
+                recent = self._recent[route] = deque(maxlen=self.recent_cap)
             recent.append(
                 {
                     "at": time.time(),
@@ -113,7 +130,15 @@ class ShadowRecorder:
                 }
             )
 
-    def summary(self, route: str) -> dict[str, Any]:
-        shadows = {s: t.as_dict() for (r, s), t in self._tallies.items() if r == route}
-        recent = list(reversed(self._recent.get(route, ())))
-        return {"route": route, "shadows": shadows, "recent_differences": recent}
+    def fingerprint(self) -> int:
+        """Grows with every copy's end (sent or dropped, then skipped or compared): an unchanged
+        fingerprint means an unchanged :meth:`state`, which need not be sent again."""
+        return sum(t.sent + t.dropped + t.skipped + t.compared for t in self._tallies.values())
+
+    def state(self) -> dict[str, Any]:
+        """Everything recorded, as JSON: ``tallies`` (route → shadow → :meth:`ShadowTally.state`)
+        and ``recent`` (route → its recent differences, oldest first)."""
+        tallies: dict[str, dict[str, Any]] = {}
+        for (route, shadow), tally in self._tallies.items():
+            tallies.setdefault(route, {})[shadow] = tally.state()
+        return {"tallies": tallies, "recent": {route: list(found) for route, found in self._recent.items()}}

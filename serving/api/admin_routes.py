@@ -23,6 +23,7 @@ from serving.auth import Role
 from serving.errors import ClientError, Unprocessable
 from serving.routing.spec import RouteSpec, route_name_problem, write_problems
 from serving.routing.spec_errors import field_message
+from serving.shadow_merge import LOCAL, shadow_summary
 from serving.store import RouteVersion
 
 
@@ -161,9 +162,11 @@ async def route_shadow(request: Request) -> Response:
     state = _state(request, "viewer")
     name = request.path_params["name"]
     stored = await asyncio.to_thread(state.store.get, name)
-    summary = state.shadow_recorder.summary(name)
+    tee = state.gateway.shadows
+    own = {**state.shadow_recorder.state(), "in_flight": tee.in_flight if tee else 0}
+    states = {LOCAL: own} if state.shadow_states is None else await state.shadow_states(own)
+    summary = shadow_summary(name, states, state.shadow_recorder.recent_cap)
     summary["configured"] = [s.model_dump(mode="json") for s in stored.spec.shadows]
-    summary["in_flight"] = state.gateway.shadows.in_flight if state.gateway.shadows else 0
     return _json(summary)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from serving.access import Access
 from serving.canary_controller import CanaryController
@@ -30,3 +31,7 @@ class AppState:
     # Under Ray Serve: this replica's /metrics page → the page for every gateway replica
     # (``serving.ray_app``); None: the page as it is.
     metrics_page: Callable[[bytes], Awaitable[bytes]] | None = None
+    # Under Ray Serve: this replica's shadow record (``ShadowRecorder.state`` and its copies in
+    # flight) → every live gateway replica's, for one comparison over all (``serving.shadow_merge``);
+    # None: this gateway's alone.
+    shadow_states: Callable[[dict[str, Any]], Awaitable[dict[str, dict[str, Any]]]] | None = None

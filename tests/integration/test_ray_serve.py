@@ -115,6 +115,40 @@ def test_a_canary_is_judged_on_every_gateway_replicas_traffic(cluster: Cluster) 
         time.sleep(0.25)
 
 
+def test_a_shadow_comparison_counts_every_gateway_replicas_copies(cluster: Cluster) -> None:
+    """Each replica mirrors what it serves; the comparison used to show the copies of the
+    replica the admin call happened to reach (about half of them here)."""
+    made = put_route(cluster.url, "mirrored", {"targets": [{"variant": "a"}], "shadows": [{"variant": "b"}]})
+    assert made.status_code == 201, made.text
+    replies = answers(cluster.url, 24, model="mirrored")
+    served = collections.Counter(replica for replica, _ in replies.elements())
+    assert len(served) == 2, served
+
+    def summary(_: int = 0) -> dict[str, Any]:
+        reply = httpx.get(f"{cluster.url}/admin/routes/mirrored/shadow", headers=admin(), timeout=10)
+        assert reply.status_code == 200, reply.text
+        return {"answered by": reply.headers["x-turnout-replica"], **reply.json()}
+
+    deadline = time.monotonic() + 10
+    complete: dict[str, dict[str, Any]] = {}  # answering replica → its summary of all 24
+    with ThreadPoolExecutor(4) as pool:  # several at a time, so both replicas answer
+        while len(complete) < 2 and time.monotonic() < deadline:
+            for found in pool.map(summary, range(4)):
+                if found["shadows"].get("b", {}).get("compared") == 24:
+                    complete[found["answered by"]] = found
+            time.sleep(0.2)
+    assert len(complete) == 2, f"both replicas should summarise all 24 copies within 10 s: {complete}"
+    for found in complete.values():
+        b = found["shadows"]["b"]
+        assert (b["sent"], b["answered"], b["exact_matches"]) == (24, 24, 0)
+        sent_by = {replica: figures["sent"] for replica, figures in found["gateway_replicas"].items()}
+        assert sent_by == dict(served)  # each replica mirrored what it served
+        recent = found["recent_differences"]
+        assert len(recent) == 24 and {d["gateway_replica"] for d in recent} == set(served)
+        assert recent[0]["primary"]["text"] == "answer from a"
+        assert recent[0]["shadow_answer"]["text"] == "answer from b"
+
+
 def test_the_embedded_variant_runs_in_its_engine_deployment(cluster: Cluster) -> None:
     reply = chat(cluster.url, "tiny", max_tokens=5, temperature=0)
     assert reply.status_code == 200 and reply.headers["x-turnout-variant"] == "tiny"

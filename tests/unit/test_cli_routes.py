@@ -300,6 +300,20 @@ def test_shadow_report() -> None:
     assert "recent differences: 1" in text
     assert "similarity 0.5" in text and 'primary "12"' in text and 'shadow  "13"' in text
     assert "no shadow results" in shadow_report({"route": "chat", "shadows": {}})
+    assert "gateway replica" not in text
+
+
+def test_shadow_report_of_several_gateway_replicas_names_them() -> None:
+    difference = {"shadow": "s", "similarity": 0.0, "gateway_replica": "x7k2"}
+    data = {
+        "route": "chat",
+        "shadows": {"s": {"sent": 10}},
+        "recent_differences": [difference],
+        "gateway_replicas": {"x7k2": {"sent": 6, "compared": 6}, "q9w1": {"sent": 4, "compared": 4}},
+    }
+    text = shadow_report(data)
+    assert "over 2 gateway replicas: x7k2 sent 6, q9w1 sent 4" in text
+    assert "similarity 0, latency - ms vs primary, status None/None, gateway replica x7k2" in text
 
 
 # --- flows against a fake admin API --------------------------------------------------------------
