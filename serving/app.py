@@ -184,6 +184,7 @@ def create_app(
     app.hot_routes = {
         "/v1/chat/completions": openai_routes.chat_completions,
         "/v1/completions": openai_routes.completions,
+        "/v1/responses": openai_routes.responses,
     }
     app.turnout = app.state.turnout = AppState(
         gateway=gateway,
@@ -203,6 +204,8 @@ def create_app(
         _allow_browsers(app, config.server.cors_allow_origins)
     app.add_route("/v1/models", openai_routes.list_models, methods=["GET"])
     app.add_route("/v1/models/{model:path}", openai_routes.get_model, methods=["GET"])
+    stored_responses = ["GET", "DELETE", "POST"]  # a 404 saying none is kept
+    app.add_route("/v1/responses/{rest:path}", openai_routes.stored_response, methods=stored_responses)
     app.add_route("/health", health.health, methods=["GET"])
     app.add_route("/ready", health.ready, methods=["GET"])
     app.add_route("/metrics", health.metrics, methods=["GET"])

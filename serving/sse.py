@@ -25,6 +25,11 @@ def event(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
+def named_event(name: str, payload: dict[str, Any]) -> bytes:
+    """An event with its type on an ``event:`` line too, as the Responses API streams them."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
 def header_pairs(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     """``headers`` as ASGI wants them (the answers here build no Starlette ``Response``)."""
     return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]

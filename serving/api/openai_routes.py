@@ -1,9 +1,11 @@
-"""``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models``: the client-facing edge.
+"""``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``, ``/v1/models``: the client's edge.
 
 Reads and validates the body (size limit, JSON, OpenAI wire model), asks the gateway to
 choose a variant and run the request, and writes the OpenAI response object or the SSE
-stream. The two generation endpoints are plain ASGI apps (no FastAPI body machinery,
-no Starlette Request) because this is the hot path of every request.
+stream. A Responses API request is read as a chat request (``serving.responses_protocol``)
+and its answer shaped by ``serving.responses_output``. The generation endpoints are plain
+ASGI apps (no FastAPI body machinery, no Starlette Request) because this is the hot path of
+every request.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from serving.errors import (
     TurnoutError,
 )
 from serving.gateway import SIBLING_FAILED, Routed
-from serving.protocol import ChatCompletionRequest, CompletionRequest
+from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from serving.responses_output import response_body, response_events, response_object
+from serving.responses_protocol import ResponsesRequest, in_responses_terms
 
 log = logging.getLogger("turnout")
 Result = TypeVar("Result")
@@ -324,17 +328,24 @@ async def _complete_all(
         raise
 
 
-async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONAnswer | sse.SSEAnswer:
+_WIRE: dict[str, type[SamplingFields]] = {
+    "chat": ChatCompletionRequest,
+    "completions": CompletionRequest,
+    "responses": ResponsesRequest,
+}
+
+
+async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JSONAnswer | sse.SSEAnswer:
     state: AppState = scope["app"].turnout  # serving.app.GatewayApp
     headers_in = header_map(scope)
     rid = request_id(headers_in.get("x-request-id"))
-    endpoint = "chat" if chat else "completions"
+    chat = endpoint == "chat"
     headers = {"x-request-id": rid}
     routed: Routed | None = None
     try:
         principal = await state.access.client(headers_in.get("authorization"), headers_in.get("api-key"))
         body = await read_body(receive, headers_in, state.max_body_bytes)
-        wire = parse_wire(ChatCompletionRequest if chat else CompletionRequest, body)
+        wire = parse_wire(_WIRE[endpoint], body)
         wire.check()
         generates = wire.to_generates(rid)
         if wire.stream and len(generates) > 1:
@@ -358,25 +369,32 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
         created = int(time.time())
         backend = state.gateway.backends[routed.decision.primary]
         watch_after = 0.0 if backend.info.cancel_on_disconnect else _WATCH_UPSTREAM_AFTER_S
+        charge = partial(state.access.charge, principal) if principal.tpm is not None else None
         if wire.stream:  # a client leaving before the first token is watched for too
             start = state.gateway.stream(routed, generates[0], endpoint)
             chunks = await _unless_disconnected(receive, start, watch_after)
             headers["x-turnout-variant"] = routed.served_by
+            if isinstance(wire, ResponsesRequest):
+                started = response_object(rid, route, created, wire)
+                return sse.SSEAnswer(response_events(chunks, started, charge), headers)
             head = {
                 "id": f"{'chatcmpl' if chat else 'cmpl'}-{rid}",
                 "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": created,
                 "model": route,
             }
-            charge = partial(state.access.charge, principal) if principal.tpm is not None else None
             events = _sse_events(chunks, head, chat, wire.include_usage(), charge)
             return sse.SSEAnswer(events, headers)
         work = _complete_all(state, routed, generates, endpoint)
         results = await _unless_disconnected(receive, work, watch_after)
         headers["x-turnout-variant"] = routed.served_by
-        if principal.tpm is not None:
-            state.access.charge(principal, sum(result.usage.total_tokens for result in results))
-        if chat:
+        if charge is not None:
+            charge(sum(result.usage.total_tokens for result in results))
+        if isinstance(wire, ResponsesRequest):
+            result = results[0]
+            answer = response_body(rid, route, created, wire, result.text, result.finish_reason, result.usage)
+            content = orjson.dumps(answer)
+        elif chat:
             result = results[0]
             usage = result.usage.as_dict()
             content = chat_body(
@@ -396,6 +414,8 @@ async def _serve(scope: Scope, receive: Receive, chat: bool) -> Response | JSONA
             content = completion_body(rid, route, created, results)
         return JSONAnswer(content, headers)
     except TurnoutError as exc:
+        if endpoint == "responses":
+            exc = in_responses_terms(exc)
         if routed is not None:
             headers["x-turnout-variant"] = routed.served_by
         else:  # the route's own series count from here on; these have no route yet
@@ -414,16 +434,17 @@ class GenerationEndpoint:
     the middleware stack. Every error is rendered here, in the OpenAI shape.
     """
 
-    def __init__(self, chat: bool) -> None:
-        self.chat = chat
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint  # "chat", "completions" or "responses": also the metrics' label
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await _serve(scope, receive, self.chat)
+        response = await _serve(scope, receive, self.endpoint)
         await response(scope, receive, send)
 
 
-chat_completions = GenerationEndpoint(chat=True)
-completions = GenerationEndpoint(chat=False)
+chat_completions = GenerationEndpoint("chat")
+completions = GenerationEndpoint("completions")
+responses = GenerationEndpoint("responses")
 
 
 def _model_card(name: str, created: int) -> dict[str, Any]:
@@ -444,3 +465,16 @@ async def get_model(request: Request) -> Response:
     if name not in state.gateway.route_names():
         return error_response(NotFound(f"The model '{name}' does not exist", param="model"), {})
     return Response(orjson.dumps(_model_card(name, state.started)), media_type="application/json")
+
+
+async def stored_response(request: Request) -> Response:
+    """``GET``/``DELETE /v1/responses/{id}`` (and ``…/cancel``, ``…/input_items``): a 404 that
+    says why, since no response is stored here (every answer says ``store: false``)."""
+    state: AppState = request.app.state.turnout
+    await state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
+    found = request.path_params["rest"].split("/", 1)[0]
+    message = (
+        f"No response with id '{found}' is stored here: this gateway keeps no responses (each says "
+        "store: false), so send the earlier turns in input instead of previous_response_id"
+    )
+    return error_response(NotFound(message, param="response_id", code="response_not_found"), {})

@@ -1,0 +1,145 @@
+"""The official ``openai`` client's Responses API (``client.responses``) against the gateway.
+
+``/v1/responses`` takes the chat path (``serving.responses_protocol``), so it is checked on the
+embedded default and through an OpenAI-compatible upstream (a second Turnout, as in
+``test_turnout_as_upstream.py``), with the SDK's own stream helper, which rebuilds the answer
+from the events and fails on any it does not expect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from serving.launcher import gateway_process
+
+
+@pytest.fixture(scope="module")
+def client(gateway_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="anything", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def relayed(gateway_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    """A client of a gateway whose route ``relay`` is the session's gateway, over HTTP."""
+    config = tmp_path_factory.mktemp("relay") / "gateway.yaml"
+    config.write_text(
+        "variants:\n"
+        f"  upstream: {{kind: openai_http, base_url: '{gateway_url}/v1', model: turnout-tiny}}\n"
+        "routes:\n"
+        "  relay: {targets: [{variant: upstream}]}\n"
+        "auth: {anonymous_clients: true}\n"
+    )
+    with gateway_process(Path(config)) as gateway:
+        yield openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="x", max_retries=0)
+
+
+def test_a_response(client: openai.OpenAI) -> None:
+    raw = client.responses.with_raw_response.create(
+        model="turnout-tiny", input="12+34=", max_output_tokens=8, temperature=0, metadata={"team": "qa"}
+    )
+    assert raw.headers["x-turnout-variant"] == "turnout-tiny"
+    reply = raw.parse()
+    assert reply.object == "response" and reply.id.startswith("resp_") and reply.model == "turnout-tiny"
+    assert reply.status == "completed" and reply.output_text == "640"
+    [message] = reply.output
+    assert message.type == "message" and message.role == "assistant" and message.status == "completed"
+    assert reply.usage is not None and reply.usage.output_tokens == 4  # 6 4 0 </s>, as on chat
+    assert reply.usage.total_tokens == reply.usage.input_tokens + 4
+    assert reply.metadata == {"team": "qa"} and reply.store is False and reply.max_output_tokens == 8
+
+
+def test_instructions_and_turns_reach_the_model_as_chat_messages(client: openai.OpenAI) -> None:
+    turns = [
+        {"role": "user", "content": [{"type": "input_text", "text": "12+34="}]},
+        {"role": "assistant", "content": "640"},
+        {"role": "user", "content": "21+43="},
+    ]
+    reply = client.responses.create(
+        model="turnout-tiny", instructions="Add.", input=turns, max_output_tokens=8
+    )
+    chat = client.chat.completions.create(
+        model="turnout-tiny",
+        messages=[
+            {"role": "system", "content": "Add."},
+            {"role": "user", "content": [{"type": "text", "text": "12+34="}]},
+            {"role": "assistant", "content": "640"},
+            {"role": "user", "content": "21+43="},
+        ],
+        max_tokens=8,
+    )
+    assert reply.output_text == chat.choices[0].message.content
+    assert reply.usage is not None and chat.usage is not None
+    assert reply.usage.input_tokens == chat.usage.prompt_tokens
+
+
+def test_max_output_tokens_makes_it_incomplete(client: openai.OpenAI) -> None:
+    reply = client.responses.create(model="turnout-tiny", input="12+34=", max_output_tokens=2)
+    assert reply.status == "incomplete" and reply.output_text == "64"
+    assert reply.incomplete_details is not None and reply.incomplete_details.reason == "max_output_tokens"
+
+
+def test_a_streamed_response(client: openai.OpenAI) -> None:
+    events = list(
+        client.responses.create(model="turnout-tiny", input="12+34=", max_output_tokens=8, stream=True)
+    )
+    kinds = [event.type for event in events]
+    opening = ["response.created", "response.in_progress", "response.output_item.added"]
+    assert kinds[:4] == [*opening, "response.content_part.added"]
+    closing = ["response.output_text.done", "response.content_part.done", "response.output_item.done"]
+    assert kinds[-4:] == [*closing, "response.completed"]
+    deltas = [event.delta for event in events if event.type == "response.output_text.delta"]
+    assert deltas == ["6", "4", "0"]  # one token per event
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    completed = events[-1]
+    assert completed.type == "response.completed" and completed.response.output_text == "640"
+    assert completed.response.usage is not None and completed.response.usage.output_tokens == 4
+
+
+def test_the_sdks_stream_helper_rebuilds_the_answer(client: openai.OpenAI) -> None:
+    with client.responses.stream(model="turnout-tiny", input="12+34=", max_output_tokens=8) as stream:
+        texts = [event.snapshot for event in stream if event.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert texts == ["6", "64", "640"] and final.output_text == "640" and final.status == "completed"
+
+
+def test_what_this_gateway_cannot_do_is_a_400_naming_it(client: openai.OpenAI, gateway_url: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="turnout-tiny", input="hi", previous_response_id="resp_1")
+    assert refused.value.param == "previous_response_id" and "stores no responses" in refused.value.message
+    with pytest.raises(openai.BadRequestError) as refused:  # the embedded engine's refusal, in our names
+        client.responses.create(model="turnout-tiny", input="hi", text={"format": {"type": "json_object"}})
+    assert refused.value.param == "text.format" and "'text.format' is not supported" in refused.value.message
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.responses.retrieve("resp_abc")
+    assert "keeps no responses" in missing.value.message
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="no-such-model", input="hi")
+    assert httpx.get(f"{gateway_url}/health").status_code == 200  # and it keeps serving
+    reply = httpx.post(
+        f"{gateway_url}/v1/responses", content=b"{", headers={"content-type": "application/json"}
+    )
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "invalid_json"
+
+
+def test_responses_are_counted_under_their_own_endpoint(client: openai.OpenAI, gateway_url: str) -> None:
+    def counted() -> float:
+        page = httpx.get(f"{gateway_url}/metrics").text
+        prefix = 'turnout_requests_total{endpoint="responses",route="turnout-tiny",status="200"'
+        return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(prefix))
+
+    before = counted()
+    client.responses.create(model="turnout-tiny", input="12+34=", max_output_tokens=8)
+    assert counted() == before + 1
+
+
+def test_a_response_through_an_openai_compatible_upstream(relayed: openai.OpenAI) -> None:
+    reply = relayed.responses.create(model="relay", input="12+34=", max_output_tokens=8)
+    assert reply.output_text == "640" and reply.model == "relay"
+    with relayed.responses.stream(model="relay", input="12+34=", max_output_tokens=8) as stream:
+        final = stream.get_final_response()
+    assert final.output_text == "640" and final.usage is not None and final.usage.output_tokens == 4
