@@ -1,29 +1,20 @@
-"""The Responses API's answer: a ``response`` object, or its stream of typed events.
+"""The Responses API's answer (a ``response`` object) and the output items it is made of (pure).
 
 Where it sits: after the gateway has run a ``/v1/responses`` request down the chat path
 (``serving.responses_protocol``), the edge (``serving.api.openai_routes``) shapes the chat
-result here. One assistant ``message`` output item with one ``output_text`` part; a generation
-cut by ``max_output_tokens`` is ``incomplete`` (reason ``max_output_tokens``), as OpenAI sends
-it. A stream is OpenAI's event sequence (``response.created``, ``response.in_progress``,
-``response.output_item.added``, ``response.content_part.added``, ``response.output_text.delta``
-…, the three ``done`` events, then ``response.completed`` or ``response.incomplete``), each event
-with its ``sequence_number``, and no ``[DONE]``; a failure after the first event ends it with
-``response.failed`` carrying the error.
+result here, and ``serving.responses_stream`` builds a stream's events from the same items.
+The output is the reasoning a parser split off upstream (a ``reasoning`` item with its
+``reasoning_text``), the assistant ``message`` with one ``output_text`` part (left out when
+the answer is only tool calls), and a ``function_call`` item per tool call. A generation cut by
+``max_output_tokens`` is ``incomplete`` (reason ``max_output_tokens``), as OpenAI sends it.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from backends.base import Chunk, Usage
-from serving import sse
-from serving.errors import TurnoutError
+from backends.base import Completion, Usage
 from serving.responses_protocol import ResponsesRequest
-
-log = logging.getLogger("turnout")
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -42,7 +33,7 @@ def response_usage(usage: Usage) -> dict[str, Any]:
     }
 
 
-def _status(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
+def status_of(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
     reason = _INCOMPLETE.get(finish_reason or "")
     return ("incomplete", {"reason": reason}) if reason else ("completed", None)
 
@@ -100,83 +91,51 @@ def response_object(
     }
 
 
-def response_body(
-    rid: str, model: str, created: int, wire: ResponsesRequest, text: str, finish_reason: str, usage: Usage
-) -> dict[str, Any]:
-    """The whole answer of a request that was not streamed."""
-    status, incomplete = _status(finish_reason)
-    item = message_item(f"msg_{rid}", status, [text_part(text)])
-    return response_object(
-        rid,
-        model,
-        created,
-        wire,
-        status=status,
-        output=[item],
-        usage=response_usage(usage),
-        incomplete=incomplete,
-    )
+def reasoning_of(fields: dict[str, Any] | None) -> str | None:
+    """A reasoning parser's text in an upstream's message or delta (vLLM: ``reasoning_content``,
+    ``reasoning`` in later versions)."""
+    if not fields:
+        return None
+    found = fields.get("reasoning_content") or fields.get("reasoning")
+    return found if isinstance(found, str) and found else None
 
 
-async def response_events(
-    chunks: AsyncIterator[Chunk],
-    started: dict[str, Any],
-    charge: Callable[[int], None] | None = None,
-) -> AsyncIterator[bytes]:
-    """The stream of one response. ``started`` is its ``in_progress`` object (:func:`response_object`);
-    ``charge`` as on chat streams (``serving.api.openai_routes``): the usage when it comes, else
-    one token per text delta delivered."""
-    numbers = itertools.count()
-    item_id = "msg_" + started["id"].removeprefix("resp_")
-    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+def reasoning_item(item_id: str, status: str, text: str | None) -> dict[str, Any]:
+    content = [{"type": "reasoning_text", "text": text}] if text is not None else []
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "content": content}
 
-    def emit(kind: str, **fields: Any) -> bytes:
-        return sse.named_event(kind, {"type": kind, "sequence_number": next(numbers), **fields})
 
-    yield emit("response.created", response=started)
-    yield emit("response.in_progress", response=started)
-    yield emit("response.output_item.added", output_index=0, item=message_item(item_id, "in_progress", []))
-    yield emit("response.content_part.added", **where, part=text_part(""))
-    texts: list[str] = []
-    finish: str | None = None
-    usage: Usage | None = None
-    charged = False
-    try:
-        async for chunk in chunks:
-            if chunk.text:
-                texts.append(chunk.text)
-                yield emit("response.output_text.delta", **where, delta=chunk.text, logprobs=[])
-            if chunk.finish_reason is not None:
-                finish, usage = chunk.finish_reason, chunk.usage
-                if charge is not None and usage is not None:
-                    charge(usage.total_tokens)
-                    charged = True
-    except Exception as exc:  # the upstream failed, or an adapter bug: the stream still ends typed
-        if isinstance(exc, TurnoutError):
-            body = exc.body()["error"]
-        else:
-            log.exception("responses stream failed")
-            body = {"message": "internal error", "type": "internal_error", "code": None}
-        error = {"code": body.get("code") or body.get("type") or "server_error", "message": body["message"]}
-        partial = message_item(item_id, "incomplete", [text_part("".join(texts))])
-        yield emit(
-            "response.failed", response={**started, "status": "failed", "error": error, "output": [partial]}
-        )
-        return
-    finally:  # also when the client left (the generator is closed)
-        if charge is not None and not charged and texts:
-            charge(len(texts))
-    text = "".join(texts)
-    status, incomplete = _status(finish)
-    yield emit("response.output_text.done", **where, text=text, logprobs=[])
-    yield emit("response.content_part.done", **where, part=text_part(text))
-    item = message_item(item_id, status, [text_part(text)])
-    yield emit("response.output_item.done", output_index=0, item=item)
-    ended = {
-        **started,
+def call_item(item_id: str, status: str, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "function_call",
         "status": status,
-        "incomplete_details": incomplete,
-        "output": [item],
-        "usage": response_usage(usage) if usage is not None else None,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
     }
-    yield emit("response.completed" if status == "completed" else "response.incomplete", response=ended)
+
+
+def response_body(
+    rid: str, model: str, created: int, wire: ResponsesRequest, result: Completion
+) -> dict[str, Any]:
+    """The whole answer of a request that was not streamed: the reasoning (when the upstream
+    parsed one out), the message (unless the answer is only tool calls), then each tool call."""
+    status, incomplete = status_of(result.finish_reason)
+    fields = result.message_extra or {}
+    output = []
+    reasoning = reasoning_of(fields)
+    if reasoning is not None:
+        output.append(reasoning_item(f"rs_{rid}", "completed", reasoning))
+    calls = fields.get("tool_calls") or []
+    if result.text or not calls:
+        output.append(message_item(f"msg_{rid}", status, [text_part(result.text)]))
+    for index, call in enumerate(calls):
+        function = call.get("function") or {}
+        call_id = str(call.get("id") or f"call_{rid}_{index}")
+        name, arguments = str(function.get("name") or ""), str(function.get("arguments") or "")
+        output.append(call_item(f"fc_{call_id}", "completed", call_id, name, arguments))
+    counted = response_usage(result.usage)
+    return response_object(
+        rid, model, created, wire, status=status, output=output, usage=counted, incomplete=incomplete
+    )

@@ -4,15 +4,16 @@ Where it sits: the generation edge (``serving.api.openai_routes``) parses a Resp
 with :class:`ResponsesRequest`, which offers the same methods as the chat and completions wire
 models (``serving.protocol``), so the request then takes the chat path unchanged: the route's
 split, shadows, canary samples, limits, and any backend (the embedded engine, vLLM, Triton).
-``input`` and ``instructions`` become chat messages, ``max_output_tokens`` the token limit,
-``text.format`` a chat ``response_format`` and ``reasoning.effort`` ``reasoning_effort``,
-which backends take or refuse as they do on chat. The answer is shaped by
-``serving.responses_output``. This is LiteLLM's bridge for providers without a Responses API.
+``input`` and ``instructions`` become chat messages, function tools and calls chat's
+(``serving.responses_input``), ``max_output_tokens`` the token limit, ``text.format`` a chat
+``response_format`` and ``reasoning.effort`` ``reasoning_effort``, which backends take or
+refuse as they do on chat. The answer is shaped by ``serving.responses_output`` and
+``serving.responses_stream``. This is LiteLLM's bridge for providers without a Responses API.
 
 Stateless, as vLLM is by default: no response is stored, so ``previous_response_id`` and
 ``conversation`` are refused with what to send instead, and every answer says ``store: false``.
-What a chat request cannot carry (tools, files and images, background runs, logprobs) is a
-400 naming it, never dropped.
+What a chat request cannot carry (hosted tools, files and images, background runs, logprobs)
+is a 400 naming it, never dropped.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from backends.base import GenerateRequest, RequestKind
-from serving.errors import ClientError, TurnoutError
+from serving.errors import TurnoutError
 from serving.protocol import SamplingFields
+from serving.responses_input import chat_tool_choice, chat_tools, input_messages, invalid, unsupported
 
-_ROLES = frozenset({"user", "assistant", "system", "developer"})
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})  # what a chat message's text part is
 _NO_STORE = (
     "this gateway stores no responses (every answer says store: false); send the earlier turns "
     "in input instead"
@@ -51,64 +51,13 @@ def in_responses_terms(error: TurnoutError) -> TurnoutError:
     return error
 
 
-def _unsupported(message: str, param: str) -> ClientError:
-    return ClientError(message, param=param, code="unsupported_value")
-
-
-def _invalid(message: str, param: str) -> ClientError:
-    return ClientError(message, param=param, code="invalid_value")
-
-
-def _content(content: Any, at: str) -> str | list[dict[str, Any]]:
-    """An input message's content → a chat message's (text, or text parts)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list) or not content:
-        raise _invalid(f"{at}: must be a string or a non-empty list of content parts", at)
-    parts = []
-    for index, part in enumerate(content):
-        place = f"{at}.{index}"
-        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise _invalid(f"{place}: must be a content part, an object with a type", place)
-        if part["type"] not in _TEXT_PARTS:
-            raise _unsupported(
-                f"{place}.type: {part['type']!r} parts are not supported here; only input_text "
-                "(the variants behind this gateway take text)",
-                f"{place}.type",
-            )
-        if not isinstance(part.get("text"), str):
-            raise _invalid(f"{place}.text: must be a string", f"{place}.text")
-        parts.append({"type": "text", "text": part["text"]})
-    return parts
-
-
-def _message(item: Any, at: str) -> dict[str, Any]:
-    """One ``input`` item → one chat message; only messages (no tool calls or their outputs)."""
-    if not isinstance(item, dict):
-        raise _invalid(f"{at}: must be an input item, an object with a role and content", at)
-    kind = item.get("type", "message")
-    if kind != "message":
-        raise _unsupported(
-            f"{at}.type: {kind!r} items are not supported here (tools are not); only messages",
-            f"{at}.type",
-        )
-    role = item.get("role")
-    if role not in _ROLES:
-        raise _invalid(
-            f"{at}.role: must be one of user, assistant, system, developer; got {role!r}", f"{at}.role"
-        )
-    if "content" not in item:
-        raise _invalid(f"{at}.content: required", f"{at}.content")
-    return {"role": role, "content": _content(item["content"], f"{at}.content")}
-
-
 def _response_format(text: dict[str, Any]) -> dict[str, Any] | None:
     """``text.format`` → the chat ``response_format`` it means (None: plain text)."""
     unknown = sorted(set(text) - {"format", "verbosity"})
     if unknown:
-        raise _unsupported(f"text.{unknown[0]}: not supported here", f"text.{unknown[0]}")
+        raise unsupported(f"text.{unknown[0]}: not supported here", f"text.{unknown[0]}")
     if text.get("verbosity") not in (None, "medium"):
-        raise _unsupported("text.verbosity: only medium (the default) is supported here", "text.verbosity")
+        raise unsupported("text.verbosity: only medium (the default) is supported here", "text.verbosity")
     found = text.get("format")
     if found is None:
         return None
@@ -121,7 +70,7 @@ def _response_format(text: dict[str, Any]) -> dict[str, Any] | None:
         assert isinstance(found, dict)
         schema = {key: found[key] for key in ("name", "schema", "strict", "description") if key in found}
         return {"type": "json_schema", "json_schema": schema}
-    raise _invalid("text.format.type: must be text, json_object or json_schema", "text.format.type")
+    raise invalid("text.format.type: must be text, json_object or json_schema", "text.format.type")
 
 
 class ResponsesRequest(SamplingFields):
@@ -157,50 +106,43 @@ class ResponsesRequest(SamplingFields):
 
     def _refuse_what_chat_cannot_carry(self) -> None:
         for chat_name, ours in (("max_tokens", "max_output_tokens"), ("n", None), ("messages", "input")):
-            if chat_name in (self.model_extra or {}) or (
-                chat_name != "messages" and getattr(self, chat_name)
-            ):
+            sent = chat_name in (self.model_extra or {})
+            if sent or (chat_name != "messages" and getattr(self, chat_name) is not None):
                 hint = f"; the Responses API calls it {ours}" if ours else " (one output per request)"
-                raise _unsupported(f"{chat_name} is a chat completions field{hint}", chat_name)
+                raise unsupported(f"{chat_name} is a chat completions field{hint}", chat_name)
         if self.previous_response_id is not None:
-            raise _unsupported(f"previous_response_id: {_NO_STORE}", "previous_response_id")
+            raise unsupported(f"previous_response_id: {_NO_STORE}", "previous_response_id")
         if self.conversation is not None:
-            raise _unsupported(f"conversation: {_NO_STORE}", "conversation")
+            raise unsupported(f"conversation: {_NO_STORE}", "conversation")
         if self.background:
-            raise _unsupported(
+            raise unsupported(
                 "background responses are not supported; send the request and wait", "background"
             )
-        if self.tools:
-            raise _unsupported(
-                "tools are not supported on /v1/responses here; /v1/chat/completions passes them "
-                "to a backend that takes them (vLLM with a tool parser)",
-                "tools",
-            )
-        if self.tool_choice not in (None, "none", "auto"):
-            raise _unsupported("tool_choice: there are no tools to choose", "tool_choice")
+        if not self.tools and self.tool_choice not in (None, "none", "auto"):
+            raise invalid("tool_choice: there are no tools to choose from", "tool_choice")
         if self.include:
-            raise _unsupported(f"include: {self.include[0]!r} is not supported here", "include")
+            raise unsupported(f"include: {self.include[0]!r} is not supported here", "include")
         if "logprobs" in (self.model_extra or {}):
-            raise _unsupported(
+            raise unsupported(
                 "logprobs is a chat completions field; /v1/chat/completions has logprobs", "logprobs"
             )
         if self.top_logprobs:
-            raise _unsupported(
+            raise unsupported(
                 "top_logprobs is not supported on /v1/responses here; /v1/chat/completions has logprobs",
                 "top_logprobs",
             )
         if self.truncation == "auto":
-            raise _unsupported(
+            raise unsupported(
                 "truncation: auto is not supported; an input longer than the model's context is a 400",
                 "truncation",
             )
         if self.reasoning and set(self.reasoning) - {"effort", "summary"}:
             unknown = sorted(set(self.reasoning) - {"effort", "summary"})[0]
-            raise _unsupported(f"reasoning.{unknown}: not supported here", f"reasoning.{unknown}")
+            raise unsupported(f"reasoning.{unknown}: not supported here", f"reasoning.{unknown}")
         if self.reasoning and self.reasoning.get("summary") is not None:
-            raise _unsupported("reasoning.summary: not supported here", "reasoning.summary")
+            raise unsupported("reasoning.summary: not supported here", "reasoning.summary")
         if isinstance(self.input, list) and not self.input:
-            raise _invalid("input: must not be an empty list", "input")
+            raise invalid("input: must not be an empty list", "input")
 
     def effective_max_tokens(self) -> int | None:
         return self.max_output_tokens
@@ -213,11 +155,12 @@ class ResponsesRequest(SamplingFields):
         messages = [{"role": "system", "content": self.instructions}] if self.instructions else []
         if isinstance(self.input, str):
             return [*messages, {"role": "user", "content": self.input}]
-        return [*messages, *(_message(item, f"input.{i}") for i, item in enumerate(self.input))]
+        return [*messages, *input_messages(self.input)]
 
     def chat_extra(self) -> dict[str, Any]:
         """Fields passed on to backends, in chat's names: the unknown ones, ``user``,
-        ``response_format`` from ``text.format``, ``reasoning_effort`` from ``reasoning``."""
+        ``response_format`` from ``text.format``, ``reasoning_effort`` from ``reasoning``, and
+        function tools with their ``tool_choice`` and ``parallel_tool_calls``."""
         extra = self.extra_fields()
         found = _response_format(self.text) if self.text is not None else None
         if found is not None:
@@ -225,6 +168,12 @@ class ResponsesRequest(SamplingFields):
         effort = (self.reasoning or {}).get("effort")
         if effort is not None:
             extra["reasoning_effort"] = effort
+        if self.tools:
+            extra["tools"] = chat_tools(self.tools)
+            if self.tool_choice is not None:
+                extra["tool_choice"] = chat_tool_choice(self.tool_choice)
+            if self.parallel_tool_calls is not None:
+                extra["parallel_tool_calls"] = self.parallel_tool_calls
         return extra
 
     def to_generates(self, request_id: str) -> list[GenerateRequest]:

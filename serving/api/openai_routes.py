@@ -42,8 +42,9 @@ from serving.errors import (
 )
 from serving.gateway import SIBLING_FAILED, Routed
 from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
-from serving.responses_output import response_body, response_events, response_object
+from serving.responses_output import response_body, response_object
 from serving.responses_protocol import ResponsesRequest, in_responses_terms
+from serving.responses_stream import response_events
 
 log = logging.getLogger("turnout")
 Result = TypeVar("Result")
@@ -392,7 +393,7 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
             charge(sum(result.usage.total_tokens for result in results))
         if isinstance(wire, ResponsesRequest):
             result = results[0]
-            answer = response_body(rid, route, created, wire, result.text, result.finish_reason, result.usage)
+            answer = response_body(rid, route, created, wire, result)
             content = orjson.dumps(answer)
         elif chat:
             result = results[0]

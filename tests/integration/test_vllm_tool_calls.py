@@ -147,6 +147,54 @@ def test_earlier_tool_calls_and_results_reach_the_upstream(vllm: VllmServer, gat
     assert _prompt_tokens(through, "tiny", CONVERSATION) == whole
 
 
+# The same function as TOOLS, as the Responses API writes a tool (no "function" wrapper).
+RESPONSES_TOOLS: list[Any] = [{"type": "function", **TOOLS[0]["function"]}]
+
+
+def _response_calls(reply: Any) -> list[tuple[str, str]]:
+    return [(item.name, item.arguments) for item in reply.output if item.type == "function_call"]
+
+
+def test_a_tool_call_comes_through_the_responses_api(vllm: VllmServer, gateway: Launched) -> None:
+    """``/v1/responses`` takes the chat path: its function tools go to vLLM as chat tools and
+    the calls come back as ``function_call`` items, streamed (the SDK's helper rebuilds them
+    from the argument deltas) and not."""
+    direct, through = _clients(vllm, gateway)
+    choice = direct.chat.completions.create(model=VLLM_MODEL, **REQUEST).choices[0]
+    calls = [(call.function.name, call.function.arguments) for call in choice.message.tool_calls or []]
+    # the tiny model may fill the arguments up to max_tokens: then it is incomplete, as chat's "length"
+    status = "incomplete" if choice.finish_reason == "length" else "completed"
+    assert calls and calls[0][0] == "add"
+    asked: dict[str, Any] = {"model": "tiny", "input": "12+34=", "tools": RESPONSES_TOOLS, "temperature": 0}
+    asked |= {"max_output_tokens": 16, "tool_choice": {"type": "function", "name": "add"}}
+    reply = through.responses.create(**asked)
+    assert reply.status == status and _response_calls(reply) == calls
+    assert all(item.call_id for item in reply.output if item.type == "function_call")  # vLLM's ids
+    with through.responses.stream(**asked) as stream:  # its snapshot checks every event's place
+        last = [event for event in stream][-1]
+    assert last.type == f"response.{status}"  # get_final_response() wants a response.completed
+    assert _response_calls(last.response) == calls and last.response.status == status
+
+
+def test_function_call_items_and_their_outputs_reach_the_upstream(
+    vllm: VllmServer, gateway: Launched
+) -> None:
+    """A Responses conversation's ``function_call`` and ``function_call_output`` items arrive as
+    the chat conversation's assistant ``tool_calls`` and ``tool`` message (the prompt vLLM counts
+    is the chat one's, token for token)."""
+    direct, through = _clients(vllm, gateway)
+    whole = _prompt_tokens(direct, VLLM_MODEL, CONVERSATION)
+    items = [
+        {"role": "user", "content": "12+34="},
+        {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": '{"a": 12, "b": 34}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "46"},
+    ]
+    reply = through.responses.create(
+        model="tiny", input=items, max_output_tokens=1, temperature=0, extra_body={"chat_template": TEMPLATE}
+    )  # type: ignore[arg-type]
+    assert reply.usage is not None and reply.usage.input_tokens == whole
+
+
 def test_shadows_compare_tool_calls(gateway: Launched) -> None:
     """Sampled (temperature 1.5, no seed), the primary's and the shadow's calls differ in their
     arguments; with no content in either answer, comparing content alone called them a match."""

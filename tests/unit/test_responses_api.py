@@ -9,10 +9,11 @@ from typing import Any
 import orjson
 import pytest
 
-from backends.base import Chunk, Usage
+from backends.base import Chunk, Completion, Usage
 from serving.errors import BackendError, ClientError
-from serving.responses_output import response_body, response_events, response_object
+from serving.responses_output import response_body, response_object
 from serving.responses_protocol import ResponsesRequest, in_responses_terms
+from serving.responses_stream import response_events
 
 
 def _request(**fields: Any) -> ResponsesRequest:
@@ -68,8 +69,12 @@ def test_settings_map_to_chats_names() -> None:
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
         ({"conversation": "conv_1"}, "conversation", "stores no responses"),
-        ({"tools": [{"type": "function", "name": "f"}]}, "tools", "/v1/chat/completions"),
+        ({"tools": [{"type": "web_search"}]}, "tools.0.type", "only function tools"),
+        ({"tools": [{"type": "function"}]}, "tools.0.name", "must be a string"),
+        ({"tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "mcp"}}, "tool_choice.type",
+         "only function"),
         ({"tool_choice": "required"}, "tool_choice", "no tools"),
+        ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input.0.call_id", "string"),
         ({"background": True}, "background", "not supported"),
         ({"include": ["message.output_text.logprobs"]}, "include", "not supported"),
         ({"top_logprobs": 2}, "top_logprobs", "/v1/chat/completions"),
@@ -85,8 +90,8 @@ def test_settings_map_to_chats_names() -> None:
         ({"input": ["hi"]}, "input.0", "an input item"),
         ({"input": [{"role": "bot", "content": "x"}]}, "input.0.role", "got 'bot'"),
         ({"input": [{"role": "user"}]}, "input.0.content", "required"),
-        ({"input": [{"type": "function_call_output", "call_id": "c", "output": "o"}]},
-         "input.0.type", "only messages"),
+        ({"input": [{"type": "computer_call_output", "call_id": "c", "output": {}}]},
+         "input.0.type", "only messages, function_call and function_call_output"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
          "input.0.content.0.type", "only input_text"),
         ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]},
@@ -103,6 +108,78 @@ def test_what_a_chat_request_cannot_carry_is_refused_by_name(
     assert refused.value.status == 400 and refused.value.param == param and says in refused.value.message
 
 
+ADD = {
+    "type": "function",
+    "name": "add",
+    "description": "Add",
+    "parameters": {"type": "object"},
+    "strict": True,
+}
+
+
+def test_function_tools_and_calls_take_chats_shapes() -> None:
+    items = [
+        {"role": "user", "content": "12+34="},
+        {"type": "reasoning", "id": "rs_1", "summary": []},  # replayed from an earlier answer: left out
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Adding."}]},
+        {"type": "function_call", "call_id": "c1", "name": "add", "arguments": '{"a": 12}'},
+        {"type": "function_call", "call_id": "c2", "name": "add", "arguments": '{"b": 34}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "12"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "34"}]},
+        {"type": "function_call", "call_id": "c3", "name": "add", "arguments": "{}"},
+    ]
+    wire = _request(
+        input=items, tools=[ADD], tool_choice={"type": "function", "name": "add"}, parallel_tool_calls=False
+    )
+    [request] = wire.to_generates("r")
+
+    def call(call_id: str, arguments: str) -> dict[str, Any]:
+        return {"id": call_id, "type": "function", "function": {"name": "add", "arguments": arguments}}
+
+    assert request.messages == [
+        {"role": "user", "content": "12+34="},
+        {"role": "assistant", "content": [{"type": "text", "text": "Adding."}],
+         "tool_calls": [call("c1", '{"a": 12}'), call("c2", '{"b": 34}')]},
+        {"role": "tool", "tool_call_id": "c1", "content": "12"},
+        {"role": "tool", "tool_call_id": "c2", "content": "34"},
+        {"role": "assistant", "content": None, "tool_calls": [call("c3", "{}")]},
+    ]  # fmt: skip
+    chat_function = {"name": "add", "description": "Add", "parameters": {"type": "object"}, "strict": True}
+    assert request.extra == {
+        "tools": [{"type": "function", "function": chat_function}],
+        "tool_choice": {"type": "function", "function": {"name": "add"}},
+        "parallel_tool_calls": False,
+    }
+    [auto] = _request(tools=[ADD], tool_choice="required").to_generates("r")
+    assert auto.extra["tool_choice"] == "required"
+
+
+def test_an_answer_with_reasoning_and_tool_calls_has_an_item_for_each() -> None:
+    calls = [{"id": "call_9", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}]
+    result = Completion(
+        "", "tool_calls", Usage(5, 4), message_extra={"reasoning_content": "Sum it.", "tool_calls": calls}
+    )
+    body = response_body("abc", "m", 100, _request(tools=[ADD]), result)
+    assert body["status"] == "completed"
+    assert body["output"] == [
+        {
+            "id": "rs_abc",
+            "type": "reasoning",
+            "status": "completed",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "Sum it."}],
+        },
+        {
+            "id": "fc_call_9",
+            "type": "function_call",
+            "status": "completed",
+            "call_id": "call_9",
+            "name": "add",
+            "arguments": '{"a": 1}',
+        },
+    ]  # fmt: skip  (no message: the answer is only a call)
+
+
 def test_a_backends_refusal_names_the_field_as_the_client_sent_it() -> None:
     refused = in_responses_terms(
         ClientError("'response_format' is not supported by X", param="response_format")
@@ -115,7 +192,7 @@ def test_a_backends_refusal_names_the_field_as_the_client_sent_it() -> None:
 def test_the_answer_says_completed_or_incomplete_and_counts_usage_in_its_names() -> None:
     wire = _request(max_output_tokens=4, metadata={"team": "a"}, temperature=0)
     usage = Usage(5, 4, {"prompt_tokens_details": {"cached_tokens": 2}})
-    done = response_body("abc", "m", 100, wire, "640", "stop", usage)
+    done = response_body("abc", "m", 100, wire, Completion("640", "stop", usage))
     assert (done["id"], done["object"], done["status"], done["incomplete_details"]) == (
         "resp_abc",
         "response",
@@ -135,7 +212,7 @@ def test_the_answer_says_completed_or_incomplete_and_counts_usage_in_its_names()
         4,
         0,
     )
-    cut = response_body("abc", "m", 100, wire, "64", "length", Usage(5, 4))
+    cut = response_body("abc", "m", 100, wire, Completion("64", "length", Usage(5, 4)))
     assert cut["status"] == "incomplete" and cut["incomplete_details"] == {"reason": "max_output_tokens"}
     assert cut["output"][0]["status"] == "incomplete"
 
@@ -177,6 +254,50 @@ def test_a_stream_is_the_responses_event_sequence() -> None:
     completed = events[-1]["response"]
     assert completed["status"] == "completed" and completed["output"][0]["content"][0]["text"] == "640"
     assert completed["usage"]["output_tokens"] == 4 and charged == [9]
+
+
+def test_a_streamed_tool_call_and_reasoning_get_their_own_items() -> None:
+    chunks = [
+        Chunk(extra={"reasoning_content": "Sum"}),
+        Chunk(extra={"reasoning_content": " it."}),
+        Chunk(
+            extra={
+                "tool_calls": [{"index": 0, "id": "call_9", "type": "function", "function": {"name": "add"}}]
+            }
+        ),
+        Chunk(extra={"tool_calls": [{"index": 0, "function": {"arguments": '{"a": '}}]}),
+        Chunk(extra={"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+        Chunk(finish_reason="tool_calls", usage=Usage(5, 6)),
+    ]
+    events, charged = _events(chunks)
+    assert [(e["type"], e.get("output_index")) for e in events] == [
+        ("response.created", None), ("response.in_progress", None),
+        ("response.output_item.added", 0), ("response.reasoning_text.delta", 0),
+        ("response.reasoning_text.delta", 0),
+        ("response.output_item.added", 1), ("response.function_call_arguments.delta", 1),
+        ("response.function_call_arguments.delta", 1),
+        ("response.reasoning_text.done", 0), ("response.output_item.done", 0),
+        ("response.function_call_arguments.done", 1), ("response.output_item.done", 1),
+        ("response.completed", None),
+    ]  # fmt: skip
+    assert events[5]["item"] == {"id": "fc_call_9", "type": "function_call", "status": "in_progress",
+                                 "call_id": "call_9", "name": "add", "arguments": ""}  # fmt: skip
+    assert events[10]["arguments"] == '{"a": 1}' and events[10]["name"] == "add"
+    assert events[8]["text"] == "Sum it."
+    [reasoning, call] = events[-1]["response"]["output"]
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "Sum it."}]
+    assert call["arguments"] == '{"a": 1}' and call["status"] == "completed"
+    assert charged == [11]
+
+
+def test_a_stream_with_no_output_ends_with_an_empty_message() -> None:
+    events, _ = _events([Chunk(finish_reason="stop", usage=Usage(5, 1))])
+    kinds = [e["type"] for e in events]
+    assert kinds[2:] == [
+        "response.output_item.added", "response.content_part.added", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done", "response.completed",
+    ]  # fmt: skip
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == ""
 
 
 def test_a_stream_cut_by_max_output_tokens_ends_incomplete() -> None:
