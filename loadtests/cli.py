@@ -45,7 +45,7 @@ def register(commands: Any) -> None:
         "--duration", type=duration, default=60.0, help="bound of the run, in whole seconds (default 60s)"
     )
     run.add_argument("--out", type=Path, required=True, help="folder for the run's files")
-    run.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    run.add_argument("--endpoint", choices=("chat", "completions", "responses"), default="chat")
     run.add_argument("--no-stream", action="store_true", help="ask for whole answers (default: stream)")
     run.add_argument("--prompt-tokens", default="8", help="N or LO-HI (uniform), default 8")
     run.add_argument("--max-tokens", default="16", help="N or LO-HI (uniform), default 16")

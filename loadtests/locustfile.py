@@ -63,7 +63,21 @@ def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "responses": "/v1/responses"}
+# A Responses API stream's last event (it sends no [DONE]): the whole answer, with its usage.
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete"})
+
+
+def _usage(answer: dict[str, Any]) -> tuple[int, int | None]:
+    """(output tokens, prompt tokens) of a chat/completions usage or a Responses API one."""
+    if "output_tokens" in answer or "input_tokens" in answer:
+        return int(answer.get("output_tokens", 0)), _count(answer.get("input_tokens"))
+    return int(answer.get("completion_tokens", 0)), _count(answer.get("prompt_tokens"))
+
+
 def _content(event: dict[str, Any], chat: bool) -> str:
+    if event.get("type") == "response.output_text.delta":  # a Responses API stream's text
+        return str(event.get("delta") or "")
     choices = event.get("choices") or []
     if not choices:
         return ""
@@ -88,14 +102,18 @@ class OpenAIUser(FastHttpUser):
     def _body(self) -> dict[str, Any]:
         words, max_tokens = SHAPE.draw(self.rng)
         prompt = prompt_of(words, self.rng)
-        body: dict[str, Any] = {"model": CONFIG["route"], "max_tokens": max_tokens, "user": self.sticky}
-        if CONFIG.get("endpoint", "chat") == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
+        endpoint = CONFIG.get("endpoint", "chat")
+        body: dict[str, Any] = {"model": CONFIG["route"], "user": self.sticky}
+        if endpoint == "responses":  # usage always comes in its last event
+            body |= {"input": prompt, "max_output_tokens": max_tokens}
+        elif endpoint == "chat":
+            body |= {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens}
         else:
-            body["prompt"] = prompt
+            body |= {"prompt": prompt, "max_tokens": max_tokens}
         if CONFIG.get("stream", True):
             body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
+            if endpoint != "responses":
+                body["stream_options"] = {"include_usage": True}
         if CONFIG.get("temperature") is not None:
             body["temperature"] = CONFIG["temperature"]
         return body
@@ -113,7 +131,7 @@ class OpenAIUser(FastHttpUser):
     @task
     def generate(self) -> None:
         chat = CONFIG.get("endpoint", "chat") == "chat"
-        path = "/v1/chat/completions" if chat else "/v1/completions"
+        path = _PATHS[CONFIG.get("endpoint", "chat")]
         headers = {"x-turnout-key": self.sticky}
         if CONFIG.get("api_key"):
             headers["authorization"] = f"Bearer {CONFIG['api_key']}"
@@ -139,8 +157,7 @@ class OpenAIUser(FastHttpUser):
                     row["detail"] = f"closed after {len(response.content or b'')} bytes of its content-length"
                 else:
                     usage = (response.json() or {}).get("usage") or {}
-                    row["output_tokens"] = int(usage.get("completion_tokens", 0))
-                    row["prompt_tokens"] = _count(usage.get("prompt_tokens"))
+                    row["output_tokens"], row["prompt_tokens"] = _usage(usage)
                 if row["error"] is None:
                     response.success()
                 else:  # the kind alone: locust's failures table makes a row per distinct text
@@ -170,6 +187,8 @@ class OpenAIUser(FastHttpUser):
         with at least one JSON event, else ``bad_response``; one that ends before ``[DONE]`` was
         cut off (``connection``, as a whole answer shorter than its Content-Length). A stream
         without usage has its output tokens counted as its content chunks (``tokens_estimated``).
+        A Responses API stream ends with ``response.completed`` (or ``incomplete``), which holds
+        the usage, instead of ``[DONE]``; its ``response.failed`` is a ``stream_error``.
         """
         raw = response._response  # geventhttpclient's response: readline() returns what has arrived
         content_type = str((response.headers or {}).get("content-type") or "")
@@ -190,12 +209,16 @@ class OpenAIUser(FastHttpUser):
                 continue
             event = json.loads(data)  # not JSON: a bad_response (failure_kind)
             events += 1
-            if "error" in event:
+            kind = event.get("type")
+            if "error" in event or kind == "response.failed":
                 row["error"] = "stream_error"
                 row["detail"] = row.get("detail") or error_detail(event)
                 continue
             if _content(event, chat):
                 stamps.append(time.perf_counter())
+            if kind in _RESPONSE_ENDS:
+                done, usage = True, (event.get("response") or {}).get("usage") or usage
+                continue
             usage = event.get("usage") or usage
         if row["error"] is None and not done:
             row["error"] = "connection"  # closed before [DONE]: cut off mid-answer
@@ -204,8 +227,7 @@ class OpenAIUser(FastHttpUser):
             row["error"] = "bad_response"  # [DONE] and nothing else: no answer at all
             row["detail"] = "[DONE] with no event before it"
         if usage:
-            row["output_tokens"] = int(usage.get("completion_tokens", 0))
-            row["prompt_tokens"] = _count(usage.get("prompt_tokens"))
+            row["output_tokens"], row["prompt_tokens"] = _usage(usage)
         else:
             row["output_tokens"], row["tokens_estimated"] = len(stamps), True
         if stamps:

@@ -46,7 +46,7 @@ def _prompt_sentence(summary: dict[str, Any]) -> str:
     mean = summary["overall"].get("prompt_tokens_mean")
     counted = ""
     if mean is not None:  # a chat adds its template's tokens, any prompt its BOS
-        added = "chat template and BOS" if summary["endpoint"] == "chat" else "BOS"
+        added = "BOS" if summary["endpoint"] == "completions" else "chat template and BOS"
         counted = f", {mean:.1f} as the server counted them ({added} included)"
     return f" Prompts: {said}{counted}."
 

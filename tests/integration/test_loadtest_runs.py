@@ -104,6 +104,25 @@ def test_a_steady_run_matches_the_gateways_own_counters(embedded: Launched, tmp_
     assert "[" in done.stderr and "req/s" in done.stderr  # live progress
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_run_over_the_responses_api(embedded: Launched, tmp_path: Path, stream: bool) -> None:
+    """``--endpoint responses``: its stream ends with response.completed, not [DONE], and its
+    usage is input/output tokens; a run read as chat saw every request as cut off."""
+    route = "turnout-tiny"
+    before = _counts(embedded.url, route, endpoint="responses")
+    done = loadtest("--target", embedded.url, "--route", route, "--users", "2", "--duration", "3s",
+                    "--max-tokens", "8", "--endpoint", "responses", *([] if stream else ["--no-stream"]),
+                    "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    overall = json.loads((tmp_path / "summary.json").read_text())["overall"]
+    assert overall["requests"] > 10 and overall["errors"] == 0
+    assert overall["requests"] == _counts(embedded.url, route, endpoint="responses") - before
+    assert overall["output_tokens"] > 0 and overall["prompt_tokens_mean"] == 12.0  # as chat's
+    if stream:
+        assert overall["ttft_ms"]["p50"] is not None and overall["itl_ms"]["p50"] is not None
+    assert "tokens_estimated" not in (tmp_path / "records.jsonl").read_text()  # the usage was read
+
+
 def test_an_ab_split_is_reported_per_variant(split: Launched, tmp_path: Path) -> None:
     before = {v: _counts(split.url, "ab", variant=v) for v in ("a", "b")}
     done = loadtest("--target", split.url, "--route", "ab", "--users", "8", "--duration", "4s",
