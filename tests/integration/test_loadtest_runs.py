@@ -277,7 +277,12 @@ def test_a_target_that_goes_down_mid_run_fails_it_and_its_users_back_off(tmp_pat
     with FaultServer(reply="a b c", model="m") as target:
         run = subprocess.Popen([*cmd, "--target", target.url], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)  # fmt: skip
-        time.sleep(2.0)
+        # down once it has answered for a while: a fixed 2 s was at times over before locust's
+        # first request on a loaded host (every request then refused)
+        deadline = time.monotonic() + 60
+        while target.stats()["requests"] < 200:
+            assert time.monotonic() < deadline and run.poll() is None, "the run never loaded the target"
+            time.sleep(0.05)
     _, stderr = run.communicate(timeout=120)
     rows = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     refused = [row for row in rows if row["error"] == "connection"]
