@@ -46,7 +46,9 @@ ENGINE_VENDORS = {
     "triton-vllm": ("nvidia",),
     "onnxruntime-genai": ("cpu",),
 }
-ORT_QUANTIZATIONS = ("none", "ort-int8", "ort-int4")
+# onnxruntime-genai's quantizations, each with the name of its build folder beside the HF folder
+ORT_PRECISIONS = {"none": "fp32", "ort-int8": "int8", "ort-int4": "int4"}
+ORT_QUANTIZATIONS = tuple(ORT_PRECISIONS)
 GPU_QUANTIZATIONS = ("fp8", "int8-wa", "awq-int4", "gptq-int4")
 BATCHER_ENGINES = ("triton-trtllm", "onnxruntime-genai")  # triton-vllm: vLLM batches by itself
 # AWQ/GPTQ checkpoints' usual quantization group, when the model's config.json does not say its own

@@ -41,10 +41,10 @@ from backends.settings import (
 )
 from deploy.render.common import embedded_batching
 from deploy.spec import SpecError, VariantSpec, load_spec
+from deploy.validate import ORT_PRECISIONS
 from deploy.validate import problems as spec_problems
 
 VLLM_PRESETS = {"nvidia": "vllm-cuda", "amd": "vllm-rocm", "google": "vllm-tpu", "cpu": "vllm-cpu"}
-ORT_PRECISIONS = {"none": "fp32", "ort-int8": "int8", "ort-int4": "int4"}
 
 
 class SpecVariant(BaseModel):

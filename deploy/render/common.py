@@ -26,6 +26,7 @@ from deploy.plan import cpu_kv_cache_gib as plan_cpu_kv_cache_gib
 from deploy.plan import full_batch_kv_bytes as plan_full_batch_kv_bytes
 from deploy.plan import memory_budget
 from deploy.spec import VariantSpec
+from deploy.validate import ORT_PRECISIONS
 
 MODELS_MOUNT = "/models"
 MODELS_VOLUME_CLAIM = "turnout-models"
@@ -96,7 +97,7 @@ def work_dir(spec: VariantSpec) -> str:
 
 def ort_precision(spec: VariantSpec) -> str:
     """The ONNX Runtime GenAI build folder name for the spec's quantization."""
-    return {"ort-int8": "int8", "ort-int4": "int4"}.get(spec.quantization, "fp32")
+    return ORT_PRECISIONS.get(spec.quantization, "fp32")  # validation refuses the others
 
 
 def cpu_kv_cache_gib(spec: VariantSpec) -> int:
