@@ -166,6 +166,28 @@ def test_structured_output_passes_through_to_vllm(gateway: Launched) -> None:
     assert chat.choices[0].finish_reason == "stop"
 
 
+def test_the_responses_api_reaches_vllm_as_chat(gateway: Launched) -> None:
+    """``/v1/responses`` through Turnout to vLLM's chat API: ``text.format`` is its
+    ``response_format`` (the same schema as above), and the usage names the prompt tokens vLLM's
+    prefix cache served as ``input_tokens_details.cached_tokens``."""
+    client = _client(gateway)
+    schema = {"type": "string", "enum": ["yes", "no"]}
+    reply = client.responses.create(
+        model="tiny",
+        input="12+34=",
+        max_output_tokens=16,
+        temperature=0,
+        text={"format": {"type": "json_schema", "name": "answer", "schema": schema}},
+    )
+    assert reply.status == "completed" and orjson.loads(reply.output_text) in {"yes", "no"}, reply.output_text
+    system = f"Session {time.monotonic_ns()}: you add two numbers. " * 10  # new, over one cache block
+    asked: dict[str, Any] = {"model": "tiny", "instructions": system, "input": "12+34="}
+    first, again = (client.responses.create(**asked, max_output_tokens=4) for _ in range(2))
+    assert first.usage is not None and again.usage is not None
+    assert first.usage.input_tokens_details.cached_tokens == 0
+    assert again.usage.input_tokens_details.cached_tokens > 0
+
+
 def test_prefix_cache_hits_show_in_usage(vllm: VllmServer, gateway: Launched) -> None:
     """vLLM (started with --enable-prompt-tokens-details) says how many prompt tokens its prefix
     cache served; the usage through Turnout carries it, whole and streamed."""
