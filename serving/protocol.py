@@ -152,6 +152,12 @@ class SamplingFields(WireModel):
         raise NotImplementedError
 
 
+def chat_generates(wire: SamplingFields, messages: list[dict[str, Any]], rid: str) -> list[GenerateRequest]:
+    """The one chat generation of a chat request (and of a Responses API one, read as chat)."""
+    extra = wire.extra_fields()
+    return [GenerateRequest("chat", wire.sampling(), messages=messages, extra=extra, request_id=rid)]
+
+
 class ChatCompletionRequest(SamplingFields):
     kind: ClassVar[RequestKind] = "chat"
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
@@ -170,14 +176,7 @@ class ChatCompletionRequest(SamplingFields):
         return cast(list[dict[str, Any]], self.messages)  # validated dicts, as sent
 
     def to_generates(self, request_id: str) -> list[GenerateRequest]:
-        request = GenerateRequest(
-            kind="chat",
-            params=self.sampling(),
-            messages=self.message_dicts(),
-            extra=self.extra_fields(),
-            request_id=request_id,
-        )
-        return [request]
+        return chat_generates(self, self.message_dicts(), request_id)
 
 
 class CompletionRequest(SamplingFields):

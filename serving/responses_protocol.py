@@ -24,7 +24,7 @@ from pydantic import Field
 
 from backends.base import GenerateRequest, RequestKind
 from serving.errors import TurnoutError
-from serving.protocol import SamplingFields
+from serving.protocol import SamplingFields, chat_generates
 from serving.responses_input import chat_tool_choice, chat_tools, input_messages, invalid, unsupported
 
 _NO_STORE = (
@@ -157,11 +157,11 @@ class ResponsesRequest(SamplingFields):
             return [*messages, {"role": "user", "content": self.input}]
         return [*messages, *input_messages(self.input)]
 
-    def chat_extra(self) -> dict[str, Any]:
+    def extra_fields(self) -> dict[str, Any]:
         """Fields passed on to backends, in chat's names: the unknown ones, ``user``,
         ``response_format`` from ``text.format``, ``reasoning_effort`` from ``reasoning``, and
         function tools with their ``tool_choice`` and ``parallel_tool_calls``."""
-        extra = self.extra_fields()
+        extra = super().extra_fields()
         found = _response_format(self.text) if self.text is not None else None
         if found is not None:
             extra["response_format"] = found
@@ -177,11 +177,4 @@ class ResponsesRequest(SamplingFields):
         return extra
 
     def to_generates(self, request_id: str) -> list[GenerateRequest]:
-        request = GenerateRequest(
-            kind="chat",
-            params=self.sampling(),
-            messages=self.message_dicts(),
-            extra=self.chat_extra(),
-            request_id=request_id,
-        )
-        return [request]
+        return chat_generates(self, self.message_dicts(), request_id)

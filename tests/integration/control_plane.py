@@ -51,6 +51,21 @@ def running_gateway(config: Path, env: dict[str, str] | None = None) -> Iterator
         yield gateway
 
 
+@contextmanager
+def keyed_gateway(folder: Path) -> Iterator[tuple[Launched, Path]]:
+    """A gateway (and its config file) that serves route ``chat`` from one fault upstream
+    answering "hello there" and refuses callers without a known key."""
+    with FaultServer(reply="hello there") as upstream:
+        config = write_config(
+            folder / "gateway.yaml",
+            {"a": fault_variant(upstream)},
+            {"chat": {"targets": [{"variant": "a"}]}},
+            auth={"anonymous_clients": False},
+        )
+        with running_gateway(config) as launched:
+            yield launched, config
+
+
 def admin(token: str | None = ADMIN_TOKEN) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 

@@ -12,22 +12,14 @@ import httpx
 import openai
 import pytest
 
-from backends.fault import FaultServer
 from serving.launcher import Launched
-from tests.integration.control_plane import ADMIN_TOKEN, admin, fault_variant, running_gateway, write_config
+from tests.integration.control_plane import ADMIN_TOKEN, admin, keyed_gateway
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
-    with FaultServer(reply="hello there") as upstream:
-        config = write_config(
-            tmp_path_factory.mktemp("keys") / "gateway.yaml",
-            {"a": fault_variant(upstream)},
-            {"chat": {"targets": [{"variant": "a"}]}},
-            auth={"anonymous_clients": False},
-        )
-        with running_gateway(config) as launched:
-            yield launched
+    with keyed_gateway(tmp_path_factory.mktemp("keys")) as (launched, _):
+        yield launched
 
 
 def _keys(gateway: Launched, **body: object) -> httpx.Response:

@@ -25,6 +25,7 @@ from tests.integration.control_plane import (
     chat,
     eventually,
     fault_variant,
+    keyed_gateway,
     running_gateway,
     write_config,
 )
@@ -38,15 +39,8 @@ def turnout(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Launched, Path]]:
-    with FaultServer(reply="hello there") as upstream:
-        config = write_config(
-            tmp_path_factory.mktemp("auth") / "gateway.yaml",
-            {"a": fault_variant(upstream)},
-            {"chat": {"targets": [{"variant": "a"}]}},
-            auth={"anonymous_clients": False},
-        )
-        with running_gateway(config) as launched:
-            yield launched, config
+    with keyed_gateway(tmp_path_factory.mktemp("auth")) as found:
+        yield found
 
 
 def _create(config: Path, name: str, *extra: str) -> str:
