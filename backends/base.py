@@ -12,6 +12,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import numpy as np
+from numpy.typing import NDArray
+
+from serving.errors import ClientError
+
 RequestKind = Literal["chat", "completion"]
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 
@@ -193,3 +198,46 @@ class Backend(Protocol):
 
     def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         """Yield the answer piece by piece; the last chunk carries finish_reason and usage."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedRequest:
+    """One ``/v1/embeddings`` call, already validated: each input a text or a list of token ids
+    (taken as sent, no BOS added, as vLLM does)."""
+
+    inputs: tuple[str | tuple[int, ...], ...]
+    # OpenAI's (and vLLM's) ``dimensions``: None is the model's own size.
+    dimensions: int | None = None
+    # Unknown fields (vLLM's ``truncate_prompt_tokens``…) and ``user``, for upstreams that take them.
+    extra: dict[str, Any] = field(default_factory=dict)
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Embeddings:
+    """One row per input, in the inputs' order; ``prompt_tokens`` counts every input's tokens."""
+
+    vectors: NDArray[np.float32]
+    prompt_tokens: int
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """A variant that also answers ``/v1/embeddings`` (the embedded engine, an OpenAI-compatible
+    upstream serving an embedding model); the others are told so with a 400."""
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        """The inputs' embeddings, one vector each."""
+
+
+def embedder(backend: Backend, variant: str) -> Embedder:
+    """``backend`` as an :class:`Embedder`, or the 400 saying its variant serves no embeddings."""
+    if isinstance(backend, Embedder):
+        return backend
+    info = backend.info
+    raise ClientError(
+        f"variant '{variant}' ({info.kind}, {info.engine}) does not serve embeddings; route "
+        "/v1/embeddings to an embedded variant or an OpenAI-compatible upstream serving an embedding model",
+        param="model",
+        code="model_not_supported",
+    )

@@ -10,19 +10,22 @@ Logprobs (``backends.logprobs``): a request that asks for them gets a
 :class:`ScoredSequence`, whose tokens the worker scores from the logits it sampled from;
 ``echo`` puts the prompt (and its tokens' logprobs, from the same prompt pass) first.
 ``echo`` with ``max_tokens: 0`` only scores the prompt, in one forward pass outside the batcher.
+Embeddings (``/v1/embeddings``) run outside the batcher too, on ``backends.embedded_embeddings``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
+from backends.base import BackendInfo, Chunk, Completion, Embeddings, EmbedRequest, GenerateRequest, Usage
 from backends.chat_template import ChatTemplate
 from backends.dynamic_batcher import DynamicBatcher
+from backends.embedded_embeddings import EmbeddingGraph, EmbeddingRunner
 from backends.logprobs import (
     CompletionLogprobs,
     TokenScore,
@@ -34,6 +37,7 @@ from backends.logprobs import (
 from backends.openai_fields import LogprobOptions, check_extra, logprob_options
 from backends.ortgenai_runner import Event, GenAIModel, PromptTooLong, ScoredSequence, Sequence
 from backends.settings import EmbeddedSettings
+from deploy.model.artifacts import EMBEDDING_GRAPH, onnx_dir
 from serving.errors import BackendError, ClientError
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -55,14 +59,13 @@ class EmbeddedBackend:
         self._batcher: DynamicBatcher[Sequence] | None = None
         self._template: ChatTemplate | None = None
         self._batch_observer: Any = None
+        self._embeddings: EmbeddingRunner | None = None
 
     # ---- lifecycle -----------------------------------------------------------------
 
     def _folder(self) -> Any:
         if self.settings.model_dir is not None:
             return self.settings.model_dir
-        from deploy.model.artifacts import onnx_dir
-
         return onnx_dir(self.settings.precision)
 
     async def start(self) -> None:
@@ -77,8 +80,15 @@ class EmbeddedBackend:
         )
         batcher.start()
         self._model, self._batcher = model, batcher
+        folder = Path(self._folder())
+        if (folder / EMBEDDING_GRAPH).is_file():  # a model built before embeddings were: generation only
+            graph = await asyncio.to_thread(EmbeddingGraph, folder, settings.intra_op_threads)
+            self._embeddings = EmbeddingRunner(self.name, graph, settings.batching.max_queue_size)
 
     async def close(self) -> None:
+        if self._embeddings is not None:
+            await asyncio.to_thread(self._embeddings.close)
+            self._embeddings = None
         if self._batcher is not None:
             await asyncio.to_thread(self._batcher.stop)
             self._batcher = None
@@ -245,3 +255,52 @@ class EmbeddedBackend:
                 text = "".join(parts)
                 return Completion(text, chunk.finish_reason, usage, logprobs, stop_reason=chunk.stop_reason)
         raise BackendError(f"the embedded engine ended without a finish on '{self.name}'")
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        check_extra(request.extra, "the embedded engine")
+        model, runner = self._loaded(), self._embeddings
+        if runner is None:
+            raise ClientError(
+                f"variant '{self.name}' serves no embeddings: its model folder has no {EMBEDDING_GRAPH} "
+                "(`turnout model build` writes one)",
+                param="model",
+                code="model_not_supported",
+            )
+        size = runner.graph.dimensions
+        if request.dimensions is not None and request.dimensions != size:
+            raise ClientError(
+                f"this model's embeddings have {size} dimensions and it was not trained to shorten "
+                f"them (Matryoshka); leave dimensions unset or {size}, got {request.dimensions}",
+                param="dimensions",
+                code="unsupported_value",
+            )
+        rows = [self._embedding_ids(model, index, given) for index, given in enumerate(request.inputs)]
+        vectors = await runner.embed(rows)
+        return Embeddings(vectors, sum(len(row) for row in rows))
+
+    def _embedding_ids(self, model: GenAIModel, index: int, given: str | tuple[int, ...]) -> np.ndarray:
+        """An input's token ids: a text gets BOS first (as vLLM's tokenizer adds it), ids are as sent."""
+        where = "input"
+        if isinstance(given, str):
+            try:
+                ids = np.concatenate([np.array([model.bos_id], dtype=np.int64), model.encode(given)])
+            except ValueError as exc:  # a NUL the tokenizer cannot read, or too many of them
+                code = "context_length_exceeded" if isinstance(exc, PromptTooLong) else "invalid_value"
+                raise ClientError(f"input {index}: {exc}", param=where, code=code) from exc
+        else:
+            ids = np.asarray(given, dtype=np.int64)
+            if ids.size and (ids.min() < 0 or ids.max() >= model.vocab_size):
+                raise ClientError(
+                    f"input {index}: token ids must be from 0 to {model.vocab_size - 1}",
+                    param=where,
+                    code="invalid_value",
+                )
+        context = model.context_length
+        if len(ids) > context:
+            raise ClientError(
+                f"This model's maximum context length is {context} tokens. However, input {index} has "
+                f"{len(ids)} tokens. Please reduce the length of the input.",
+                param=where,
+                code="context_length_exceeded",
+            )
+        return ids

@@ -1,7 +1,8 @@
 """Adapter for any OpenAI-compatible upstream: vLLM (CUDA/ROCm/TPU/CPU), trtllm-serve, SGLang.
 
 It sits between ``serving.gateway`` and the engine on the request path: it turns a
-:class:`GenerateRequest` into a ``/chat/completions`` or ``/completions`` POST on the
+:class:`GenerateRequest` into a ``/chat/completions`` or ``/completions`` POST (and an
+:class:`EmbedRequest` into an ``/embeddings`` one, ``backends/openai_embeddings.py``) on the
 variant's pooled keep-alive connections (``backends/upstream_pool.py``), and the answer back into a
 :class:`Completion` or a stream of :class:`Chunk` (parsed from the upstream SSE as it
 arrives, never buffered whole). Every failure leaves as a typed ``serving.errors``
@@ -18,7 +19,16 @@ from typing import Any
 
 import orjson
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage, merge_extra
+from backends.base import (
+    BackendInfo,
+    Chunk,
+    Completion,
+    Embeddings,
+    EmbedRequest,
+    GenerateRequest,
+    Usage,
+    merge_extra,
+)
 from backends.logprobs import merge_logprobs
 from backends.openai_answer import (
     CHOICE_FIELDS,
@@ -33,6 +43,7 @@ from backends.openai_answer import (
     text_of,
     usage_of,
 )
+from backends.openai_embeddings import embeddings_body, read_embeddings
 from backends.settings import OpenAIHttpSettings, TimeoutSettings
 from backends.upstream_pool import (
     ConnectFailed,
@@ -274,10 +285,23 @@ class OpenAIHttpBackend:
         return self._pool is not None
 
     async def _post(self, request: GenerateRequest, stream: bool) -> UpstreamResponse:
-        rid = request.request_id
-        headers = {"x-request-id": rid} if rid and rid.isascii() and rid.isprintable() else None
         body = self._body(request, stream)
-        return await send_upstream(self.name, self._pool, "POST", self._paths[request.kind], body, headers)
+        return await self._send(self._paths[request.kind], body, request.request_id)
+
+    async def _send(self, path: str, body: bytes, rid: str) -> UpstreamResponse:
+        headers = {"x-request-id": rid} if rid and rid.isascii() and rid.isprintable() else None
+        return await send_upstream(self.name, self._pool, "POST", path, body, headers)
+
+    async def _whole(self, resp: UpstreamResponse) -> bytes:
+        """A non-streamed answer's body; a non-2xx or a failure reading it as the typed error."""
+        try:
+            if resp.status >= 300:
+                raise await self._fail(resp)
+            return await resp.read()
+        except _TRANSPORT_ERRORS as exc:
+            raise transport_error(self.name, exc) from exc
+        finally:
+            resp.release()
 
     async def _fail(self, resp: UpstreamResponse) -> TurnoutError:
         """The typed error for a non-2xx answer (its body read whole)."""
@@ -325,15 +349,7 @@ class OpenAIHttpBackend:
         return orjson.dumps(body)
 
     async def complete(self, request: GenerateRequest) -> Completion:
-        resp = await self._post(request, False)
-        try:
-            if resp.status >= 300:
-                raise await self._fail(resp)
-            content = await resp.read()
-        except _TRANSPORT_ERRORS as exc:
-            raise transport_error(self.name, exc) from exc
-        finally:
-            resp.release()
+        content = await self._whole(await self._post(request, False))
         try:
             data = orjson.loads(content)
             choice = data["choices"][0]
@@ -348,6 +364,14 @@ class OpenAIHttpBackend:
                 response_extra=other_fields(data, RESPONSE_FIELDS),
             )  # fmt: skip
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise transport_error(self.name, exc) from exc
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        body = embeddings_body(self.settings.model, request)
+        content = await self._whole(await self._send("/embeddings", body, request.request_id))
+        try:
+            return read_embeddings(content, len(request.inputs))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise transport_error(self.name, exc) from exc
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:

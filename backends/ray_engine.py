@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest
+from backends.base import BackendInfo, Chunk, Completion, Embeddings, EmbedRequest, GenerateRequest
 from serving.errors import BackendError, BackendUnavailable, TurnoutError
 
 _ATTEMPTS = 2
@@ -163,16 +163,24 @@ class RayEngineBackend:
     def ready(self) -> bool:
         return True
 
-    async def complete(self, request: GenerateRequest) -> Completion:
+    async def _call(self, method: str, request: Any) -> Any:
+        """The engine deployment's ``method`` on ``request``; once more if its replica is gone."""
         for attempt in range(1, _ATTEMPTS + 1):
             try:
-                result: Completion = await self.handle.complete.remote(request)
-                return result
+                return await getattr(self.handle, method).remote(request)
             except Exception as exc:
                 error = _translate(exc, self.name)
                 if not isinstance(error, BackendUnavailable) or attempt == _ATTEMPTS:
                     raise error from None
         raise AssertionError("unreachable")
+
+    async def complete(self, request: GenerateRequest) -> Completion:
+        result: Completion = await self._call("complete", request)
+        return result
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        result: Embeddings = await self._call("embed", request)
+        return result
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         for attempt in range(1, _ATTEMPTS + 1):

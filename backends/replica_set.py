@@ -18,17 +18,29 @@ timeouts, failures mid-stream) is the gateway's to handle: retries, fallbacks, b
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import HttpUrl
 
-from backends.base import Backend, BackendInfo, Chunk, Completion, GenerateRequest
+from backends.base import (
+    Backend,
+    BackendInfo,
+    Chunk,
+    Completion,
+    Embeddings,
+    EmbedRequest,
+    GenerateRequest,
+    embedder,
+)
 from backends.load_probe import EngineLoad, LoadProbe, metrics_url
 from backends.settings import BalanceSettings, OpenAIHttpSettings, TritonSettings
 from serving.errors import BackendUnavailable
 from serving.metrics import ReplicaFigures
 from serving.routing.balance import ReplicaLoad, choose
+
+T = TypeVar("T")
 
 
 def _one_server(settings: OpenAIHttpSettings, url: HttpUrl) -> OpenAIHttpSettings:
@@ -175,23 +187,30 @@ class ReplicaSetBackend:
 
     # ---- request path --------------------------------------------------------------
 
-    async def _complete_on(self, index: int, request: GenerateRequest) -> Completion:
+    async def _call_on(self, index: int, call: Callable[[Backend], Awaitable[T]]) -> T:
         replica = self.replicas[index]
         replica.in_flight += 1
         try:
-            return await replica.backend.complete(request)
+            return await call(replica.backend)
         except BackendUnavailable:
             self._mark_down(index)
             raise
         finally:
             replica.in_flight -= 1
 
-    async def complete(self, request: GenerateRequest) -> Completion:
+    async def _call(self, call: Callable[[Backend], Awaitable[T]]) -> T:
+        """``call`` on the replica the policy picks; once more on another if that one is unreachable."""
         index = self.pick()
         try:
-            return await self._complete_on(index, request)
+            return await self._call_on(index, call)
         except BackendUnavailable:
-            return await self._complete_on(self.pick(exclude=index), request)
+            return await self._call_on(self.pick(exclude=index), call)
+
+    async def complete(self, request: GenerateRequest) -> Completion:
+        return await self._call(lambda backend: backend.complete(request))
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        return await self._call(lambda backend: embedder(backend, self.name).embed(request))
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         index = self.pick()

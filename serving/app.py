@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from backends.base import Backend
 from backends.registry import build_backend
 from serving.access import Access
-from serving.api import admin_keys, admin_routes, health, openai_routes
+from serving.api import admin_keys, admin_routes, embeddings_route, health, openai_routes
 from serving.api import errors as api_errors
 from serving.api.openai_routes import request_id
 from serving.api.state import AppState
@@ -185,6 +185,7 @@ def create_app(
         "/v1/chat/completions": openai_routes.chat_completions,
         "/v1/completions": openai_routes.completions,
         "/v1/responses": openai_routes.responses,
+        "/v1/embeddings": embeddings_route.embeddings,
     }
     app.turnout = app.state.turnout = AppState(
         gateway=gateway,

@@ -1,6 +1,7 @@
 """One request's life: decide → call (retries, fallbacks, breakers) → tee shadows → observe.
 
-Called by the OpenAI API handlers with a validated :class:`GenerateRequest`. Asks the pure
+Called by the OpenAI API handlers with a validated :class:`GenerateRequest` (or an
+:class:`EmbedRequest`, which takes the same path without shadows). Asks the pure
 routing policy which variant serves it under the route version in force, tries that
 variant (then its retries and fallbacks, skipping variants whose circuit breaker is open)
 until one answers — only before the first byte reaches the client — mirrors sampled
@@ -18,10 +19,18 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import TypeVar
 
-from backends.base import Backend, Chunk, Completion, GenerateRequest, Usage
+from backends.base import (
+    Backend,
+    Chunk,
+    Completion,
+    Embeddings,
+    EmbedRequest,
+    GenerateRequest,
+    Usage,
+    embedder,
+)
 from serving.config import GatewayConfig
 from serving.errors import (
     BackendError,
@@ -39,31 +48,11 @@ from serving.routing.breaker import BreakerSettings, CircuitBreaker
 from serving.routing.canary import Sample
 from serving.routing.compare import Answer
 from serving.routing.policy import Decision, decide
-from serving.routing.spec import RouteSpec
+from serving.routing.routed import ActiveRoute, Routed
 from serving.shadow import ShadowTee, resolve
 
 log = logging.getLogger("turnout")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class ActiveRoute:
-    """A route version in force: what the store holds, validated against this process's variants."""
-
-    name: str
-    version: int
-    spec: RouteSpec
-    created_at: float = 0.0
-
-
-@dataclass(slots=True)
-class Routed:
-    """One request's routing: the route version, the decision, and the variant that served."""
-
-    route: ActiveRoute
-    decision: Decision
-    served_by: str
-    pinned: bool = False  # x-turnout-variant chose the variant: not a sample of the route's traffic
 
 
 class Gateway:
@@ -164,6 +153,25 @@ class Gateway:
                 waiting, Answer(200, answer_text(result.text, result.message_extra), self._clock() - started)
             )
         self._observe(routed, variant, endpoint, 200, (started, attempt_started), None, result.usage)
+        return result
+
+    async def embed(self, routed: Routed, request: EmbedRequest) -> Embeddings:
+        """Embeddings from the route's variant (its retries and fallbacks, as a completion's);
+        not mirrored to shadows, which compare generated answers."""
+        in_flight = self.metrics.route_in_flight(routed.route.name)
+        in_flight.inc()
+        started = self._clock()
+        try:
+            variant, result, attempt_started = await self._attempts(
+                routed,
+                "embeddings",
+                started,
+                lambda backend: embedder(backend, routed.served_by).embed(request),
+            )
+        finally:
+            in_flight.dec()
+        usage = Usage(prompt_tokens=result.prompt_tokens)
+        self._observe(routed, variant, "embeddings", 200, (started, attempt_started), None, usage)
         return result
 
     async def stream(self, routed: Routed, request: GenerateRequest, endpoint: str) -> AsyncIterator[Chunk]:

@@ -34,7 +34,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.base import Chunk, Completion, GenerateRequest
+from backends.base import Chunk, Completion, Embeddings, EmbedRequest, GenerateRequest
 from backends.settings import EmbeddedSettings
 from serving.observations import Key, SampleId, Tagged
 from serving.ratelimit_shared import LocalLimiter
@@ -117,6 +117,11 @@ class TurnoutEngine:
         backend = await self._started()
         async for chunk in backend.stream(request):
             yield chunk
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        backend = await self._started()
+        result: Embeddings = await backend.embed(request)
+        return result
 
 
 class SampleKeeper:

@@ -17,7 +17,8 @@ import contextlib
 import logging
 
 from serving.access import Access
-from serving.gateway import ActiveRoute, Gateway
+from serving.gateway import Gateway
+from serving.routing.routed import ActiveRoute
 from serving.routing.spec import RouteSpec, problems
 from serving.store import ApiKeyRecord, RouteStore, RouteVersion
 

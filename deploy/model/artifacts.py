@@ -14,6 +14,10 @@ MODEL_NAME = "turnout-tiny"
 PRECISIONS = ("fp32", "int8", "int4")
 HF_FOLDER = "hf"
 BUILD_INFO_FILE = "build_info.json"
+# In each GenAI folder beside model.onnx: the graph /v1/embeddings runs, and its one output
+# (``deploy.model.export.write_embedding_graph`` writes it, ``backends.embedded_embeddings`` runs it).
+EMBEDDING_GRAPH = "embed.onnx"
+EMBEDDING_OUTPUT = "hidden_states"
 
 
 class ModelArtifactsMissing(FileNotFoundError):

@@ -5,7 +5,8 @@ builder read (safetensors, config.json, generation_config.json, tokenizer files 
 template). ``build_onnx`` runs ``python -m onnxruntime_genai.models.builder`` offline from that
 folder for ``-e cpu`` at fp32, int8 or int4 (k_quant_mixed), then makes the GenAI folder
 self-contained and exact: our tokenizer files replace the builder's re-saved copies, and
-genai_config.json gets the right bos/eos/pad ids and a 512-token context.
+genai_config.json gets the right bos/eos/pad ids and a 512-token context. ``embed.onnx`` then
+joins it, the graph ``/v1/embeddings`` runs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from tokenizers import Tokenizer
 from transformers import LlamaForCausalLM
 
+from deploy.model.artifacts import EMBEDDING_GRAPH, EMBEDDING_OUTPUT
 from deploy.model.tokenizer import (
     MODEL_MAX_LENGTH,
     copy_tokenizer_files,
@@ -92,6 +94,28 @@ def build_onnx(hf_dir: Path, out_dir: Path, precision: str, log_path: Path | Non
     copy_tokenizer_files(hf_dir, out_dir)
     _prune_genai_folder(out_dir)
     patch_genai_config(out_dir / "genai_config.json", hf_dir)
+    write_embedding_graph(out_dir)
+
+
+def write_embedding_graph(folder: Path) -> Path:
+    """``embed.onnx`` beside ``model.onnx``: the same graph and weights file, whose one output is
+    the final norm's hidden states (what the LM head reads), for ``/v1/embeddings``
+    (``backends/embedded_embeddings.py``). A few tens of KB: the weights are not copied."""
+    import onnx  # the [model] extra, as the builder needs it
+
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)  # keeps the data reference
+    graph = model.graph
+    (head,) = [node for node in graph.node if "logits" in node.output]
+    hidden_size = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]["hidden_size"]
+    del graph.output[:]
+    graph.node.append(
+        onnx.helper.make_node("Identity", [head.input[0]], [EMBEDDING_OUTPUT], name="/embed/Identity")
+    )
+    shape: list[str | int | None] = ["batch_size", "sequence_length", int(hidden_size)]
+    graph.output.append(onnx.helper.make_tensor_value_info(EMBEDDING_OUTPUT, onnx.TensorProto.FLOAT, shape))
+    out = folder / EMBEDDING_GRAPH
+    onnx.save(model, str(out))
+    return out
 
 
 def _prune_genai_folder(out_dir: Path) -> None:

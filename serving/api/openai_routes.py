@@ -30,6 +30,7 @@ from serving import sse
 from serving.api.errors import client_request_id, error_response
 from serving.api.state import AppState
 from serving.api.wire_errors import parse_wire
+from serving.auth import Principal
 from serving.errors import (
     ClientClosedRequest,
     ClientError,
@@ -40,18 +41,19 @@ from serving.errors import (
     ShuttingDown,
     TurnoutError,
 )
-from serving.gateway import SIBLING_FAILED, Routed
+from serving.gateway import SIBLING_FAILED
 from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from serving.responses_output import response_body, response_object
 from serving.responses_protocol import ResponsesRequest, in_responses_terms
 from serving.responses_stream import response_events
+from serving.routing.routed import Routed
 
 log = logging.getLogger("turnout")
 Result = TypeVar("Result")
 _FANOUT = 16  # prompts of one /v1/completions batch in flight at once
 # A request to an upstream (non-streamed, or a stream before its first chunk) is watched for its
 # client leaving from this age on.
-_WATCH_UPSTREAM_AFTER_S = 0.5
+WATCH_UPSTREAM_AFTER_S = 0.5
 
 
 _READ_HEADERS = frozenset(
@@ -271,7 +273,7 @@ async def _sse_events(
     yield sse.DONE
 
 
-async def _unless_disconnected(receive: Receive, work: Awaitable[Result], watch_after_s: float) -> Result:
+async def unless_disconnected(receive: Receive, work: Awaitable[Result], watch_after_s: float) -> Result:
     """Await ``work``; if the client hangs up, cancel it (a 499), which also drops the upstream
     request, so vLLM or Triton stop generating too (the body is already read).
 
@@ -356,24 +358,15 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
                 code="unsupported_value",
             )
         route = wire.model
-        pinned = headers_in.get("x-turnout-variant")
-        if pinned is not None:  # a spec-backed variant may be named by its spec name too
-            if principal.role not in ("operator", "admin"):  # clients take the route's split
-                raise Forbidden(
-                    "x-turnout-variant (serving one variant of a route, for tests) needs an "
-                    "operator or admin token; a client key or an anonymous caller cannot pin",
-                    param="x-turnout-variant",
-                )
-            pinned = state.variant_aliases.get(pinned, pinned)
-        routed = state.gateway.choose(route, headers_in.get("x-turnout-key"), wire.user, pinned)
+        routed = choose(state, principal, headers_in, route, wire.user)
         headers["x-turnout-route-version"] = str(routed.route.version)
         created = int(time.time())
         backend = state.gateway.backends[routed.decision.primary]
-        watch_after = 0.0 if backend.info.cancel_on_disconnect else _WATCH_UPSTREAM_AFTER_S
+        watch_after = 0.0 if backend.info.cancel_on_disconnect else WATCH_UPSTREAM_AFTER_S
         charge = partial(state.access.charge, principal) if principal.tpm is not None else None
         if wire.stream:  # a client leaving before the first token is watched for too
             start = state.gateway.stream(routed, generates[0], endpoint)
-            chunks = await _unless_disconnected(receive, start, watch_after)
+            chunks = await unless_disconnected(receive, start, watch_after)
             headers["x-turnout-variant"] = routed.served_by
             if isinstance(wire, ResponsesRequest):
                 started = response_object(rid, route, created, wire)
@@ -387,7 +380,7 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
             events = _sse_events(chunks, head, chat, wire.include_usage(), charge)
             return sse.SSEAnswer(events, headers)
         work = _complete_all(state, routed, generates, endpoint)
-        results = await _unless_disconnected(receive, work, watch_after)
+        results = await unless_disconnected(receive, work, watch_after)
         headers["x-turnout-variant"] = routed.served_by
         if charge is not None:
             charge(sum(result.usage.total_tokens for result in results))
@@ -417,14 +410,37 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
     except TurnoutError as exc:
         if endpoint == "responses":
             exc = in_responses_terms(exc)
-        if routed is not None:
-            headers["x-turnout-variant"] = routed.served_by
-        else:  # the route's own series count from here on; these have no route yet
-            state.gateway.metrics.rejected.labels(endpoint, str(exc.status)).inc()
-        return error_response(exc, headers)
+        return refused(state, exc, routed, headers, endpoint)
     except Exception:  # served ahead of FastAPI's error middleware, so render the 500 here
         log.exception("request %s failed", rid)
         return error_response(InternalError("internal error"), headers)
+
+
+def choose(
+    state: AppState, principal: Principal, headers_in: dict[str, str], route: str, user: str | None
+) -> Routed:
+    """The route's variant for this request; ``x-turnout-variant`` (an operator's) pins one."""
+    pinned = headers_in.get("x-turnout-variant")
+    if pinned is not None:  # a spec-backed variant may be named by its spec name too
+        if principal.role not in ("operator", "admin"):  # clients take the route's split
+            raise Forbidden(
+                "x-turnout-variant (serving one variant of a route, for tests) needs an "
+                "operator or admin token; a client key or an anonymous caller cannot pin",
+                param="x-turnout-variant",
+            )
+        pinned = state.variant_aliases.get(pinned, pinned)
+    return state.gateway.choose(route, headers_in.get("x-turnout-key"), user, pinned)
+
+
+def refused(
+    state: AppState, exc: TurnoutError, routed: Routed | None, headers: dict[str, str], endpoint: str
+) -> Response:
+    """The error answer; one refused before it had a route is counted as such."""
+    if routed is not None:
+        headers["x-turnout-variant"] = routed.served_by
+    else:  # the route's own series count from here on; these have no route yet
+        state.gateway.metrics.rejected.labels(endpoint, str(exc.status)).inc()
+    return error_response(exc, headers)
 
 
 class GenerationEndpoint:

@@ -35,7 +35,7 @@ from deploy.triton_runtime import (
     installed,
     triton_server,
 )
-from deploy.vllm_runtime import VllmError, VllmServer, ensure_vllm, vllm_server
+from deploy.vllm_runtime import VllmError, VllmInstall, VllmServer, ensure_vllm, vllm_server
 from serving.launcher import free_port
 
 VLLM_MODEL = "turnout-tiny"  # the name the session's vLLM serves the shipped model under
@@ -58,6 +58,13 @@ def triton_install_or_skip() -> TritonInstall:
         )
 
 
+def vllm_install_or_skip() -> VllmInstall:
+    try:
+        return ensure_vllm()
+    except VllmError as exc:  # no PyPI here: say what installs it
+        pytest.skip(f"vLLM could not be installed ({exc}); run: turnout backends up vllm")
+
+
 def distinct_ports(count: int) -> tuple[int, ...]:
     ports: set[int] = set()
     while len(ports) < count:
@@ -68,10 +75,7 @@ def distinct_ports(count: int) -> tuple[int, ...]:
 @pytest.fixture(scope="session")
 def vllm() -> Iterator[VllmServer]:
     """The session's vLLM OpenAI server (``base_url`` ends in /v1), serving ``turnout-tiny``."""
-    try:
-        install = ensure_vllm()
-    except VllmError as exc:  # no PyPI here: say what installs it
-        pytest.skip(f"vLLM could not be installed ({exc}); run: turnout backends up vllm")
+    install = vllm_install_or_skip()
     # A tool-call parser lets vLLM answer tool_choice (it forces a named or required call with
     # guided decoding, whatever the model); a request's own chat template lets a test see in the
     # prompt what the messages carried. Requests without either are untouched. Usage reports

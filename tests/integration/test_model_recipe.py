@@ -40,11 +40,34 @@ def test_quick_build_writes_every_folder(quick_build: Path) -> None:
     for precision in artifacts.PRECISIONS:
         folder = artifacts.onnx_dir(precision, root=quick_build)
         names = {p.name for p in folder.iterdir()}
-        assert {"model.onnx", "genai_config.json", "tokenizer.json", "tokenizer_config.json"} <= names
+        expected = {
+            "model.onnx",
+            "embed.onnx",
+            "genai_config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+        }
+        assert expected <= names
         assert not any(p.is_dir() for p in folder.iterdir()), "builder cache left behind"
         model_section = json.loads((folder / "genai_config.json").read_text())["model"]
         assert (model_section["bos_token_id"], model_section["eos_token_id"]) == (1, 2)
         assert (model_section["pad_token_id"], model_section["context_length"]) == (0, 512)
+
+
+@pytest.mark.parametrize("precision", artifacts.PRECISIONS)
+def test_quick_build_folders_embed_with_the_generating_weights(quick_build: Path, precision: str) -> None:
+    """embed.onnx reads model.onnx's weights file (it has none of its own) and gives a normalized
+    vector per input, a batch as its inputs alone."""
+    from backends.embedded_embeddings import EmbeddingGraph
+
+    folder = artifacts.onnx_dir(precision, root=quick_build)
+    assert (folder / "embed.onnx").stat().st_size < 100_000
+    graph = EmbeddingGraph(folder)
+    rows = [np.array([1, 40, 41, 42], dtype=np.int64), np.array([1, 7], dtype=np.int64)]
+    together = graph.embed(rows)
+    assert together.shape == (2, 128)
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(together[1], graph.embed(rows[1:])[0], atol=1e-6)
 
 
 @pytest.mark.parametrize("precision", artifacts.PRECISIONS)

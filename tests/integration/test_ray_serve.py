@@ -166,6 +166,17 @@ def test_the_embedded_variant_runs_in_its_engine_deployment(cluster: Cluster) ->
     ), info
 
 
+def test_embeddings_run_in_the_engine_deployment_and_its_refusals_come_back(cluster: Cluster) -> None:
+    url = f"{cluster.url}/v1/embeddings"
+    reply = httpx.post(url, json={"model": "tiny", "input": ["03+45=", "the cat"]}, timeout=30)
+    assert reply.status_code == 200 and reply.headers["x-turnout-variant"] == "tiny", reply.text
+    rows = [item["embedding"] for item in reply.json()["data"]]
+    assert [len(row) for row in rows] == [128, 128]
+    assert all(abs(sum(x * x for x in row) - 1.0) < 1e-4 for row in rows)  # normalized
+    refused = httpx.post(url, json={"model": "tiny", "input": "x", "dimensions": 8}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "dimensions"
+
+
 def test_the_engine_figures_reach_every_gateway_replicas_metrics(cluster: Cluster) -> None:
     """The engine replica reports to the counter each second; each gateway reads them from there."""
     sent = [chat(cluster.url, "tiny", max_tokens=5, temperature=0) for _ in range(3)]
