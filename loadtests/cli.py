@@ -45,7 +45,12 @@ def register(commands: Any) -> None:
         "--duration", type=duration, default=60.0, help="bound of the run, in whole seconds (default 60s)"
     )
     run.add_argument("--out", type=Path, required=True, help="folder for the run's files")
-    run.add_argument("--endpoint", choices=("chat", "completions", "responses"), default="chat")
+    run.add_argument(
+        "--endpoint",
+        choices=("chat", "completions", "responses", "embeddings"),
+        default="chat",
+        help="the API to drive (embeddings: one input of --prompt-tokens per request, never streamed)",
+    )
     run.add_argument("--no-stream", action="store_true", help="ask for whole answers (default: stream)")
     run.add_argument("--prompt-tokens", default="8", help="N or LO-HI (uniform), default 8")
     run.add_argument("--max-tokens", default="16", help="N or LO-HI (uniform), default 16")
@@ -112,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         scenario=Scenario(args.scenario, args.users, args.duration, args.step_users, args.step),
         shape=shape,
         endpoint=args.endpoint,
-        stream=not args.no_stream,
+        stream=not args.no_stream and args.endpoint != "embeddings",
         variant=args.variant,
         temperature=args.temperature,
         slo=Slo(args.slo_p95_ttft_ms, args.slo_max_error_rate),

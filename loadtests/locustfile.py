@@ -2,12 +2,13 @@
 
 Runs inside the locust process the runner starts (``loadtests/runner.py``); configured by the
 JSON in ``$TURNOUT_LOADTEST``. Each simulated user (``FastHttpUser``: plain ``HttpUser`` tops
-out far lower here) sends chat or completion requests, streamed or not, with prompt and output
-lengths from the configured shape, its own stickiness key (``x-turnout-key``) so A/B splits
-behave as in production, and optionally a pinned variant header. Per request it records to
-locust custom entries (request types ``TTFT``, ``ITL``, ``E2E`` in ms, ``TOK/S`` with the
-output tokens per second in the time column) and one JSON line in the records file, from
-which the runner computes the summary (exact percentiles, per variant).
+out far lower here) sends chat, completion or Responses API requests, streamed or not, or
+embeddings requests (one input each), with prompt and output lengths from the configured shape,
+its own stickiness key (``x-turnout-key``) so A/B splits behave as in production, and optionally
+a pinned variant header. Per request it records to locust custom entries (request types
+``TTFT``, ``ITL``, ``E2E`` in ms, ``TOK/S`` with the output tokens per second in the time
+column) and one JSON line in the records file, from which the runner computes the summary
+(exact percentiles, per variant).
 """
 
 from __future__ import annotations
@@ -63,7 +64,12 @@ def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "responses": "/v1/responses"}
+_PATHS = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "responses": "/v1/responses",
+    "embeddings": "/v1/embeddings",
+}
 # A Responses API stream's last event (it sends no [DONE]): the whole answer, with its usage.
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete"})
 
@@ -104,6 +110,8 @@ class OpenAIUser(FastHttpUser):
         prompt = prompt_of(words, self.rng)
         endpoint = CONFIG.get("endpoint", "chat")
         body: dict[str, Any] = {"model": CONFIG["route"], "user": self.sticky}
+        if endpoint == "embeddings":  # whole answers only; its usage counts the input's tokens
+            return body | {"input": prompt, "encoding_format": "base64"}  # as the SDK asks
         if endpoint == "responses":  # usage always comes in its last event
             body |= {"input": prompt, "max_output_tokens": max_tokens}
         elif endpoint == "chat":

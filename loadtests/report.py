@@ -46,8 +46,11 @@ def _prompt_sentence(summary: dict[str, Any]) -> str:
     mean = summary["overall"].get("prompt_tokens_mean")
     counted = ""
     if mean is not None:  # a chat adds its template's tokens, any prompt its BOS
-        added = "BOS" if summary["endpoint"] == "completions" else "chat template and BOS"
+        added = "BOS" if summary["endpoint"] in ("completions", "embeddings") else "chat template and BOS"
         counted = f", {mean:.1f} as the server counted them ({added} included)"
+    if summary["endpoint"] == "embeddings":  # no output tokens: the input is the work
+        per_s = summary["overall"].get("prompt_tokens_per_s") or 0.0
+        counted += f"; {per_s:.0f} input tokens/s embedded"
     return f" Prompts: {said}{counted}."
 
 

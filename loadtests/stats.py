@@ -95,6 +95,8 @@ def stats(records: Sequence[Record], seconds: float) -> dict[str, Any]:
         # successful requests whose tokens were counted as content chunks (the stream had no usage)
         "output_tokens_estimated": sum(r.tokens_estimated for r in ok),
         "output_tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        # the prompt tokens the server counted, per second: an embeddings run's throughput
+        "prompt_tokens_per_s": sum(prompts) / seconds if seconds > 0 else 0.0,
         "ttft_ms": pct([r.ttft_ms for r in ok if r.ttft_ms is not None]),
         "itl_ms": pct([r.itl_ms for r in ok if r.itl_ms is not None]),
         "latency_ms": pct([r.latency_ms for r in ok]),

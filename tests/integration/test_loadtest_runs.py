@@ -123,6 +123,26 @@ def test_a_run_over_the_responses_api(embedded: Launched, tmp_path: Path, stream
     assert "tokens_estimated" not in (tmp_path / "records.jsonl").read_text()  # the usage was read
 
 
+def test_a_run_over_the_embeddings_api(embedded: Launched, tmp_path: Path) -> None:
+    """``--endpoint embeddings``: whole answers (never streamed), the input tokens as the work."""
+    route = "turnout-tiny"
+    before = _counts(embedded.url, route, endpoint="embeddings")
+    prompt_tokens = metric_value(embedded.url, "turnout_tokens_total", route=route, kind="prompt")
+    done = loadtest("--target", embedded.url, "--route", route, "--users", "2", "--duration", "3s",
+                    "--prompt-tokens", "16", "--endpoint", "embeddings", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    overall = summary["overall"]
+    assert summary["stream"] is False
+    assert overall["requests"] > 10 and overall["errors"] == 0
+    assert overall["requests"] == _counts(embedded.url, route, endpoint="embeddings") - before
+    counted = metric_value(embedded.url, "turnout_tokens_total", route=route, kind="prompt") - prompt_tokens
+    assert overall["prompt_tokens_mean"] == counted / overall["requests"] == 17.0  # BOS on top
+    assert overall["output_tokens"] == 0 and overall["prompt_tokens_per_s"] > 0
+    said = "Prompts: 16 tokens of text, 17.0 as the server counted them (BOS included); "
+    assert said in (tmp_path / "summary.md").read_text() and "input tokens/s embedded" in done.stdout
+
+
 def test_an_ab_split_is_reported_per_variant(split: Launched, tmp_path: Path) -> None:
     before = {v: _counts(split.url, "ab", variant=v) for v in ("a", "b")}
     done = loadtest("--target", split.url, "--route", "ab", "--users", "8", "--duration", "4s",
