@@ -22,7 +22,7 @@ from typing import Any
 
 from backends.base import Chunk
 from serving import sse
-from serving.errors import TurnoutError
+from serving.errors import InternalError, ShuttingDown, TurnoutError
 from serving.responses_output import (
     call_item,
     message_item,
@@ -55,7 +55,7 @@ class _Item:
         return call_item(self.item_id, status, self.call_id, self.name, text)
 
 
-class _Events:
+class ResponseEvents:
     """The numbered events of one response, and the items they have opened."""
 
     def __init__(self, started: dict[str, Any]) -> None:
@@ -125,6 +125,21 @@ class _Events:
             out += self.call(delta)
         return out
 
+    def failed(self, exc: TurnoutError) -> bytes:
+        """``response.failed``: the error, and the items produced so far, left incomplete."""
+        body = exc.body()["error"]
+        error = {"code": body.get("code") or body.get("type") or "server_error", "message": body["message"]}
+        produced = [item.whole("incomplete") for item in self.items]
+        return self.emit(
+            "response.failed",
+            response={**self.started, "status": "failed", "error": error, "output": produced},
+        )
+
+    def cut_by_shutdown(self) -> bytes:
+        """How the stream ends when the server going down cuts it (``serving.sse.SSEAnswer``):
+        as any failed response, not with chat's error event and ``[DONE]``."""
+        return self.failed(ShuttingDown())
+
     def done(self, status: str) -> tuple[list[bytes], list[dict[str, Any]]]:
         """Each item's ``done`` events, in output order; and the items as the answer holds them.
         An answer with no output at all gets its empty message, as OpenAI answers."""
@@ -153,11 +168,14 @@ async def response_events(
     chunks: AsyncIterator[Chunk],
     started: dict[str, Any],
     charge: Callable[[int], None] | None = None,
+    *,
+    numbered: ResponseEvents | None = None,
 ) -> AsyncIterator[bytes]:
     """The stream of one response. ``started`` is its ``in_progress`` object
     (``serving.responses_output.response_object``); ``charge`` as on chat streams: the usage
-    when it comes, else one token per delta delivered."""
-    events = _Events(started)
+    when it comes, else one token per delta delivered. ``numbered``: the events' numbering and
+    items, when the caller needs them too (:meth:`ResponseEvents.cut_by_shutdown`)."""
+    events = numbered or ResponseEvents(started)
     yield events.emit("response.created", response=started)
     yield events.emit("response.in_progress", response=started)
     finish: str | None = None
@@ -175,14 +193,10 @@ async def response_events(
                     charged = True
     except Exception as exc:  # the upstream failed, or an adapter bug: the stream still ends typed
         if isinstance(exc, TurnoutError):
-            body = exc.body()["error"]
+            yield events.failed(exc)
         else:
             log.exception("responses stream failed")
-            body = {"message": "internal error", "type": "internal_error", "code": None}
-        error = {"code": body.get("code") or body.get("type") or "server_error", "message": body["message"]}
-        produced = [item.whole("incomplete") for item in events.items]
-        failed = {**started, "status": "failed", "error": error, "output": produced}
-        yield events.emit("response.failed", response=failed)
+            yield events.failed(InternalError("internal error"))
         return
     finally:  # also when the client left (the generator is closed)
         if charge is not None and not charged and delivered:

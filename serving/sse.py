@@ -2,14 +2,15 @@
 
 The API layer turns typed backend chunks into OpenAI stream objects and hands them
 here; an error after the first byte becomes one typed ``error`` event followed by
-``[DONE]`` so that a client never hangs.
+``[DONE]`` so that a client never hangs (a Responses API stream ends with its own
+``response.failed`` instead: ``serving.responses_stream``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -57,9 +58,14 @@ def client_left(watcher: asyncio.Task[None]) -> bool:
     return watcher.done() and not watcher.cancelled()
 
 
-async def _end_cut_stream(send: Send, head: list[tuple[bytes, bytes]] | None) -> None:
-    """End a stream the server stopped (shutting down) as any failed stream ends: an error event,
-    then ``[DONE]``, not a chunked body cut mid-way (``head``: its headers, if not sent yet).
+def cut_chat_stream() -> bytes:
+    """The end of a chat or completions stream the server stopped: an error event, then ``[DONE]``."""
+    return error_event(ShuttingDown().body()) + DONE
+
+
+async def _end_cut_stream(send: Send, head: list[tuple[bytes, bytes]] | None, ending: bytes) -> None:
+    """End a stream the server stopped (shutting down) as any failed stream of its kind ends
+    (``ending``), not with a chunked body cut mid-way (``head``: its headers, if not sent yet).
     Bounded: a client that stopped reading cannot hold the shutdown."""
     with contextlib.suppress(Exception, TimeoutError):
         async with asyncio.timeout(_CUT_STREAM_END_S):
@@ -68,7 +74,7 @@ async def _end_cut_stream(send: Send, head: list[tuple[bytes, bytes]] | None) ->
             await send(
                 {
                     "type": "http.response.body",
-                    "body": error_event(ShuttingDown().body()) + DONE,
+                    "body": ending,
                     "more_body": True,
                 }
             )
@@ -84,10 +90,16 @@ class SSEAnswer:
     goes away, which closes ``events`` and, through them, the upstream request.
     """
 
-    __slots__ = ("events", "headers")
+    __slots__ = ("cut_ending", "events", "headers")
 
-    def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str]) -> None:
-        self.events, self.headers = events, headers
+    def __init__(
+        self,
+        events: AsyncIterator[bytes],
+        headers: dict[str, str],
+        cut_ending: Callable[[], bytes] = cut_chat_stream,
+    ) -> None:
+        """``cut_ending``: the last bytes of the stream when the server going down cuts it."""
+        self.events, self.headers, self.cut_ending = events, headers, cut_ending
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         streaming = asyncio.current_task()
@@ -106,7 +118,7 @@ class SSEAnswer:
             left = client_left(watcher)  # else cancelled from outside: the server is going down
             watcher.cancel()  # before the end is sent: its last send ends the request
             if not left:
-                await _end_cut_stream(send, None if started else raw)
+                await _end_cut_stream(send, None if started else raw, self.cut_ending())
             # the client left: the stream is over, quietly
         finally:
             watcher.cancel()  # before anything here can yield: the last send ended the request

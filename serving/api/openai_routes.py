@@ -45,7 +45,7 @@ from serving.gateway import SIBLING_FAILED
 from serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from serving.responses_output import response_body, response_object
 from serving.responses_protocol import ResponsesRequest, in_responses_terms
-from serving.responses_stream import response_events
+from serving.responses_stream import ResponseEvents, response_events
 from serving.routing.routed import Routed
 
 log = logging.getLogger("turnout")
@@ -370,7 +370,9 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
             headers["x-turnout-variant"] = routed.served_by
             if isinstance(wire, ResponsesRequest):
                 started = response_object(rid, route, created, wire)
-                return sse.SSEAnswer(response_events(chunks, started, charge), headers)
+                numbered = ResponseEvents(started)
+                events = response_events(chunks, started, charge, numbered=numbered)
+                return sse.SSEAnswer(events, headers, numbered.cut_by_shutdown)
             head = {
                 "id": f"{'chatcmpl' if chat else 'cmpl'}-{rid}",
                 "object": "chat.completion.chunk" if chat else "text_completion",

@@ -5,7 +5,8 @@ cancels them. A request still waiting for its answer got uvicorn's plain-text 50
 "Exception in ASGI application" traceback in the log), and a stream was cut mid-body with no
 error event and no ``[DONE]`` (QA, 400 streams and SIGTERM or SIGINT). Now a waiting request
 gets a 503 in the OpenAI shape with Retry-After, and a stream ends with an error event and
-``[DONE]``, as any failed stream does. The upstreams are fault servers slower than the grace.
+``[DONE]``, as any failed stream does (a Responses API stream with its ``response.failed``).
+The upstreams are fault servers slower than the grace.
 """
 
 from __future__ import annotations
@@ -40,8 +41,12 @@ def test_requests_left_at_shutdown_get_a_503_or_an_error_event(tmp_path: Path) -
         answers: dict[str, Any] = {}
 
         def ask(name: str, model: str, stream: bool) -> None:
-            body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
-            with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as reply:
+            body: dict[str, Any] = {"model": model, "stream": stream}
+            if name == "responding":  # the Responses API: typed events, no [DONE]
+                path, body["input"] = "/v1/responses", "hi"
+            else:
+                path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": "hi"}]
+            with httpx.stream("POST", f"{url}{path}", json=body, timeout=30) as reply:
                 answers[name] = (reply.status_code, reply.headers, reply.read())
 
         with running_gateway(config) as gateway:
@@ -49,6 +54,7 @@ def test_requests_left_at_shutdown_get_a_503_or_an_error_event(tmp_path: Path) -
             askers = [
                 threading.Thread(target=ask, args=("waiting", "hanging", False)),
                 threading.Thread(target=ask, args=("streaming", "trickling", True)),
+                threading.Thread(target=ask, args=("responding", "trickling", True)),
             ]
             for asker in askers:
                 asker.start()
@@ -66,4 +72,10 @@ def test_requests_left_at_shutdown_get_a_503_or_an_error_event(tmp_path: Path) -
     assert status == 200 and events[-1] == "[DONE]", events[-3:]
     assert json.loads(events[-2])["error"]["code"] == "shutting_down"
     assert len(events) > 3  # it had streamed a while before the end
+    status, _, body = answers["responding"]  # ends as a failed response, numbered on
+    typed = [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: ")]
+    assert status == 200 and typed[-1]["type"] == "response.failed", typed[-2:]
+    assert typed[-1]["response"]["error"]["code"] == "shutting_down"
+    assert [event["sequence_number"] for event in typed] == list(range(len(typed)))
+    assert len(typed) > 4 and b"[DONE]" not in body
     assert "Exception in ASGI application" not in log

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
@@ -100,3 +101,39 @@ def test_a_cancellation_from_outside_ends_the_stream_with_an_error_event() -> No
     error, done = bodies[1].split(b"\n\n")[:2]
     assert b'"code":"shutting_down"' in error and done == b"data: [DONE]"
     assert client.sent[-1]["more_body"] is False
+
+
+def test_a_responses_stream_cut_from_outside_ends_with_its_own_response_failed() -> None:
+    """A Responses API client reads typed events and no [DONE]: the openai SDK raised on chat's
+    error event. The cut ends as any failed response does, numbered on from the last event, with
+    what had been produced."""
+    from backends.base import Chunk
+    from serving.responses_stream import ResponseEvents, response_events
+
+    started = {"id": "resp_r1", "object": "response", "status": "in_progress", "output": []}
+
+    async def chunks() -> AsyncIterator[Chunk]:
+        yield Chunk("64")
+        await asyncio.sleep(30)
+        yield Chunk("0", "stop")
+
+    async def run() -> Client:
+        client = Client()
+        numbered = ResponseEvents(started)
+        events = response_events(chunks(), started, numbered=numbered)
+        answer = asyncio.ensure_future(
+            SSEAnswer(events, {}, numbered.cut_by_shutdown)({"type": "http"}, client.receive, client.send)
+        )
+        await asyncio.sleep(0.05)
+        answer.cancel()
+        await answer
+        return client
+
+    client = asyncio.run(run())
+    body = b"".join(m.get("body", b"") for m in client.sent[1:]).decode()
+    events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert "[DONE]" not in body and events[-1]["type"] == "response.failed"
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and failed["error"]["code"] == "shutting_down"
+    assert failed["output"][0]["content"][0]["text"] == "64" and failed["output"][0]["status"] == "incomplete"
