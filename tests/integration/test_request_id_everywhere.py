@@ -14,7 +14,8 @@ import pytest
         ("GET", "/v1/models/turnout-tiny", 200),
         ("GET", "/v1/models/no-such-model", 404),
         ("GET", "/health", 200),
-        ("GET", "/v1/embeddings", 404),
+        ("GET", "/v1/audio/speech", 404),
+        ("GET", "/v1/embeddings", 405),
         ("GET", "/v1/chat/completions", 405),
     ],
 )
