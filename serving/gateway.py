@@ -1,7 +1,7 @@
 """One request's life: decide → call (retries, fallbacks, breakers) → tee shadows → observe.
 
 Called by the OpenAI API handlers with a validated :class:`GenerateRequest` (or an
-:class:`EmbedRequest`, which takes the same path without shadows). Asks the pure
+:class:`EmbedRequest`, which takes a whole answer's path). Asks the pure
 routing policy which variant serves it under the route version in force, tries that
 variant (then its retries and fallbacks, skipping variants whose circuit breaker is open)
 until one answers — only before the first byte reaches the client — mirrors sampled
@@ -43,7 +43,7 @@ from serving.errors import (
 )
 from serving.metrics import GatewayMetrics
 from serving.observations import ObservationLog, counts_as_error
-from serving.routing.answer_text import StreamedAnswer, answer_text
+from serving.routing.answer_text import StreamedAnswer, completion_answer, embeddings_answer
 from serving.routing.breaker import BreakerSettings, CircuitBreaker
 from serving.routing.canary import Sample
 from serving.routing.compare import Answer
@@ -53,6 +53,7 @@ from serving.shadow import ShadowTee, resolve
 
 log = logging.getLogger("turnout")
 T = TypeVar("T")
+Request = GenerateRequest | EmbedRequest
 
 
 class Gateway:
@@ -128,51 +129,53 @@ class Gateway:
     # -- calls -----------------------------------------------------------------------------
 
     async def complete(self, routed: Routed, request: GenerateRequest, endpoint: str) -> Completion:
+        def call(backend: Backend) -> Awaitable[Completion]:
+            return backend.complete(request)
+
+        result, variant, started = await self._whole(routed, request, endpoint, call, completion_answer)
+        self._observe(routed, variant, endpoint, 200, started, None, result.usage)
+        return result
+
+    async def embed(self, routed: Routed, request: EmbedRequest) -> Embeddings:
+        """Embeddings from the route's variant, with its retries, fallbacks and shadows, as a
+        completion has them (a shadow's vectors are compared with the primary's)."""
+
+        def call(backend: Backend) -> Awaitable[Embeddings]:
+            return embedder(backend, routed.served_by).embed(request)
+
+        result, variant, started = await self._whole(routed, request, "embeddings", call, embeddings_answer)
+        usage = Usage(prompt_tokens=result.prompt_tokens)
+        self._observe(routed, variant, "embeddings", 200, started, None, usage)
+        return result
+
+    async def _whole(
+        self,
+        routed: Routed,
+        request: Request,
+        endpoint: str,
+        call: Callable[[Backend], Awaitable[T]],
+        shown: Callable[[T, float], Answer],
+    ) -> tuple[T, str, tuple[float, float]]:
+        """A whole answer (not a stream), in flight on its route while called. Returns it, the
+        variant that answered, and when the request and that attempt began. Its shadows get the
+        answer as ``shown`` makes it for comparison, or its failure."""
         in_flight = self.metrics.route_in_flight(routed.route.name)
         in_flight.inc()
-        try:
-            return await self._complete(routed, request, endpoint)
-        finally:
-            in_flight.dec()
-
-    async def _complete(self, routed: Routed, request: GenerateRequest, endpoint: str) -> Completion:
         waiting = self._mirror(routed, request)
         started = self._clock()
         try:
-            variant, result, attempt_started = await self._attempts(
-                routed, endpoint, started, lambda backend: backend.complete(request)
-            )
+            variant, result, attempt_started = await self._attempts(routed, endpoint, started, call)
         except TurnoutError as exc:
             resolve(waiting, Answer(exc.status, "", self._clock() - started))
             raise
         except asyncio.CancelledError:
             resolve(waiting, Answer(499, "", self._clock() - started))
             raise
-        if waiting:
-            resolve(
-                waiting, Answer(200, answer_text(result.text, result.message_extra), self._clock() - started)
-            )
-        self._observe(routed, variant, endpoint, 200, (started, attempt_started), None, result.usage)
-        return result
-
-    async def embed(self, routed: Routed, request: EmbedRequest) -> Embeddings:
-        """Embeddings from the route's variant (its retries and fallbacks, as a completion's);
-        not mirrored to shadows, which compare generated answers."""
-        in_flight = self.metrics.route_in_flight(routed.route.name)
-        in_flight.inc()
-        started = self._clock()
-        try:
-            variant, result, attempt_started = await self._attempts(
-                routed,
-                "embeddings",
-                started,
-                lambda backend: embedder(backend, routed.served_by).embed(request),
-            )
         finally:
             in_flight.dec()
-        usage = Usage(prompt_tokens=result.prompt_tokens)
-        self._observe(routed, variant, "embeddings", 200, (started, attempt_started), None, usage)
-        return result
+        if waiting:
+            resolve(waiting, shown(result, self._clock() - started))
+        return result, variant, (started, attempt_started)
 
     async def stream(self, routed: Routed, request: GenerateRequest, endpoint: str) -> AsyncIterator[Chunk]:
         """Start the stream and return it once its first chunk has arrived; the request stays
@@ -372,7 +375,9 @@ class Gateway:
 
     # -- side effects ------------------------------------------------------------------------
 
-    def _mirror(self, routed: Routed, request: GenerateRequest) -> list[asyncio.Future[Answer]]:
+    def _mirror(
+        self, routed: Routed, request: GenerateRequest | EmbedRequest
+    ) -> list[asyncio.Future[Answer]]:
         if not routed.decision.shadows or self.shadows is None:
             return []
         timeouts = {s.variant: s.timeout_s for s in routed.route.spec.shadows}

@@ -4,8 +4,9 @@
 shadow, and later resolves the returned handle with the primary's answer; the copy is sent
 then. The shadow call runs as a detached task with its own timeout; at most ``max_in_flight`` run at once and
 the rest are dropped (and counted), so a slow or dead shadow never delays, fails or
-changes the primary answer. Each finished pair is compared (``serving.routing.compare``)
-and recorded (``serving.shadow_recorder``, Prometheus counters).
+changes the primary answer. Each finished pair is compared (``serving.routing.compare``: texts,
+or an embeddings request's vectors) and recorded (``serving.shadow_recorder``, Prometheus
+counters).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from backends.base import Backend, GenerateRequest
+from backends.base import Backend, EmbedRequest, GenerateRequest, embedder
 from serving.errors import TurnoutError
 from serving.metrics import GatewayMetrics
-from serving.routing.answer_text import answer_text
+from serving.routing.answer_text import completion_answer, embeddings_answer
 from serving.routing.compare import Answer, compare
 from serving.shadow_recorder import ShadowRecorder
 
@@ -51,7 +52,7 @@ class ShadowTee:
         return len(self._tasks)
 
     def mirror(
-        self, route: str, shadow: str, request: GenerateRequest, timeout_s: float
+        self, route: str, shadow: str, request: GenerateRequest | EmbedRequest, timeout_s: float
     ) -> asyncio.Future[Answer] | None:
         """Start the shadow call; resolve the returned future with the primary's answer."""
         tally = self.recorder.tally(route, shadow)
@@ -71,7 +72,7 @@ class ShadowTee:
         self,
         route: str,
         shadow: str,
-        request: GenerateRequest,
+        request: GenerateRequest | EmbedRequest,
         timeout_s: float,
         primary: asyncio.Future[Answer],
     ) -> None:
@@ -96,8 +97,7 @@ class ShadowTee:
         started = self._clock()
         try:
             async with asyncio.timeout(timeout_s):
-                result = await self._backends[shadow].complete(request)
-            answer = Answer(200, answer_text(result.text, result.message_extra), self._clock() - started)
+                answer = await self._call(shadow, request, started)
         except TimeoutError:
             tally.timeouts += 1
             counter.labels(route, shadow, "timeout").inc()
@@ -117,6 +117,13 @@ class ShadowTee:
             return
         counter.labels(route, shadow, "differ" if result_.differs else "match").inc()
         self._metrics.shadow_similarity.labels(route, shadow).observe(result_.similarity)
+
+    async def _call(self, shadow: str, request: GenerateRequest | EmbedRequest, started: float) -> Answer:
+        backend = self._backends[shadow]
+        if isinstance(request, EmbedRequest):  # a variant that cannot embed: a 400, an error here
+            embedded = await embedder(backend, shadow).embed(request)
+            return embeddings_answer(embedded, self._clock() - started)
+        return completion_answer(await backend.complete(request), self._clock() - started)
 
     async def close(self) -> None:
         for task in list(self._tasks):

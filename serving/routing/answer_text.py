@@ -1,7 +1,8 @@
-"""An answer as the text shadow comparison reads: its content plus its tool calls.
+"""An answer as shadow comparison reads it: its content plus its tool calls (or its vectors).
 
 On the request path only when a route has shadows: the gateway and the shadow tee turn each
-primary and shadow answer into one string for :func:`serving.routing.compare.compare`. A
+primary and shadow answer into one string for :func:`serving.routing.compare.compare`
+(:func:`completion_answer`; an embeddings answer keeps its vectors, :func:`embeddings_answer`). A
 tool-calling answer often has no content at all, so comparing content alone called two
 different calls a match. Calls are written ``name(arguments)``, one per line after the content;
 their ids are left out (each engine makes up its own). Pure: values in, values out.
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from backends.base import Completion, Embeddings
+from serving.routing.compare import Answer, embeddings_text
 
 
 def _calls_text(calls: Iterable[tuple[str, str]]) -> str:
@@ -53,3 +57,13 @@ class StreamedAnswer:
     def text(self) -> str:
         content = "".join(self._pieces)
         return content + _calls_text((name, args) for _, (name, args) in sorted(self._calls.items()))
+
+
+def completion_answer(result: Completion, elapsed_s: float) -> Answer:
+    """A whole generated answer (200), as compared."""
+    return Answer(200, answer_text(result.text, result.message_extra), elapsed_s)
+
+
+def embeddings_answer(result: Embeddings, elapsed_s: float) -> Answer:
+    """An embeddings answer (200): its vectors, and what the recorder shows of them."""
+    return Answer(200, embeddings_text(result.vectors), elapsed_s, result.vectors)

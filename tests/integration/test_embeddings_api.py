@@ -1,5 +1,6 @@
-"""``/v1/embeddings`` through the openai SDK: on the embedded engine, and relayed to it by a
-second gateway through the OpenAI HTTP adapter (one upstream, and a replica set of two).
+"""``/v1/embeddings`` through the openai SDK: on the embedded engine, relayed to it by a second
+gateway through the OpenAI HTTP adapter (one upstream, and a replica set of two), and mirrored
+to shadow variants whose vectors are compared with the primary's.
 
 The embedded engine's vector is the shipped model's last hidden state at the last token,
 normalized: checked here against transformers running the Hugging Face folder.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -17,6 +19,7 @@ import pytest
 
 from deploy.model.artifacts import hf_dir
 from serving.launcher import gateway_process
+from tests.integration.control_plane import admin, eventually, running_gateway, write_config
 
 TEXTS = ["03+45=", "hello world, this is a test", "the cat sat on the mat"]
 
@@ -175,3 +178,32 @@ def test_an_upstreams_refusal_reaches_the_client_as_it_said(relay_url: str) -> N
     error = reply.json()["error"]
     assert error["param"] == "dimensions" and "leave dimensions unset or 128" in error["message"]
     assert reply.headers["x-turnout-variant"] == "upstream"
+
+
+def test_a_shadow_of_an_embeddings_route_is_compared_by_its_vectors(tmp_path: Path) -> None:
+    """fp32 serves, a second fp32 and int8 are shadows: the twin matches exactly, int8 is close
+    (cosine above 0.99) but never equal, and the recent differences show what they were."""
+    fp32, int8 = {"kind": "embedded", "precision": "fp32"}, {"kind": "embedded", "precision": "int8"}
+    route = {"targets": [{"variant": "fp32"}], "shadows": [{"variant": "twin"}, {"variant": "int8"}]}
+    config = write_config(
+        tmp_path / "gateway.yaml", {"fp32": fp32, "twin": fp32, "int8": int8}, {"emb": route}
+    )
+    with running_gateway(config) as gateway:
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="x", max_retries=0)
+        for _ in range(4):
+            client.embeddings.create(model="emb", input=TEXTS)
+
+        def summary() -> dict[str, Any]:
+            return dict(
+                httpx.get(f"{gateway.url}/admin/routes/emb/shadow", headers=admin(), timeout=10).json()
+            )
+
+        eventually(lambda: all(s["compared"] == 4 for s in summary()["shadows"].values()), timeout=10)
+        found = summary()
+    twin, quantized = found["shadows"]["twin"], found["shadows"]["int8"]
+    assert twin["exact_match_rate"] == 1.0 and twin["mean_similarity"] == pytest.approx(1.0)
+    assert quantized["exact_matches"] == 0 and 0.99 < quantized["mean_similarity"] < 1.0
+    assert quantized["mean_length_ratio"] == 1.0 and quantized["errors"] == 0
+    recent = found["recent_differences"]
+    assert len(recent) == 4 and all(d["shadow"] == "int8" for d in recent)
+    assert recent[0]["primary"]["text"].startswith("3 × 128 dimensions: [0.0447, 0.0475")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from serving.routing.compare import Answer, compare, normalize
+from serving.routing.compare import Answer, compare, embeddings_text, normalize
 
 
 def test_exact_match() -> None:
@@ -68,3 +69,22 @@ def test_length_ratio_uses_raw_lengths() -> None:
 def test_latency_delta_is_shadow_minus_primary() -> None:
     assert compare(Answer(200, "x", 0.25), Answer(200, "x", 1.0)).latency_delta_s == pytest.approx(0.75)
     assert compare(Answer(200, "x", 1.0), Answer(200, "x", 0.25)).latency_delta_s == pytest.approx(-0.75)
+
+
+def test_embeddings_compare_as_vectors_by_their_mean_cosine() -> None:
+    primary = np.array([[1.0, 0.0], [0.0, 2.0]], dtype=np.float32)
+    same = compare(Answer(200, "p", 0.1, primary), Answer(200, "s", 0.3, primary.copy()))
+    assert same.exact_match and same.similarity == pytest.approx(1.0) and same.length_ratio == 1.0
+    assert same.latency_delta_s == pytest.approx(0.2)
+    turned = np.array([[1.0, 1.0], [0.0, -3.0]], dtype=np.float32)  # 45° off, then opposite (as 0)
+    result = compare(Answer(200, "p", 0.1, primary), Answer(200, "p", 0.1, turned))
+    assert result.differs and result.similarity == pytest.approx((2**-0.5 + 0.0) / 2)
+    longer = np.ones((2, 4), dtype=np.float32)
+    other_size = compare(Answer(200, "p", 0.1, primary), Answer(200, "p", 0.1, longer))
+    assert other_size.differs and other_size.similarity == 0.0 and other_size.length_ratio == 2.0
+
+
+def test_an_embeddings_answer_reads_as_its_size_and_first_numbers() -> None:
+    vectors = np.array([[0.5, -0.25, 0.125, 1.0, 2.0]] * 3, dtype=np.float32)
+    assert embeddings_text(vectors) == "3 × 5 dimensions: [0.5000, -0.2500, 0.1250, 1.0000, …]"
+    assert embeddings_text(vectors[:, :2]) == "3 × 2 dimensions: [0.5000, -0.2500]"
