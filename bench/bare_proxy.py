@@ -100,5 +100,12 @@ if __name__ == "__main__":
     parser.add_argument("port", type=int)
     parser.add_argument("--client", choices=("pool", "aiohttp"), default="pool")
     args = parser.parse_args()
-    uvicorn.run(make_app(args.upstream, args.client), host="127.0.0.1", port=args.port, loop="uvloop",
-                http="httptools", log_level="warning", access_log=False)
+    uvicorn.run(
+        make_app(args.upstream, args.client),
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+    )

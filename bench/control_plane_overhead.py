@@ -82,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:22}{value:>14.3f}{ratio:>9.3f}x{cpu_us[name]:>17.1f}")
     verdicts = {name: summary["ratio_to_plain"][name] <= TARGET_RATIO for name in CONFIGS if name != "plain"}
     summary["targets"] = verdicts
-    print("target routed p50 <= 1.10x plain: " + ", ".join(
-        f"{name} {'PASS' if ok else 'MISS'}" for name, ok in verdicts.items()))
+    print(
+        "target routed p50 <= 1.10x plain: "
+        + ", ".join(f"{name} {'PASS' if ok else 'MISS'}" for name, ok in verdicts.items())
+    )
     if args.json:
         args.json.write_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     return 0

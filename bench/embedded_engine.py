@@ -58,16 +58,20 @@ def config_yaml(max_batch_size: int) -> str:
 
 def stream_request(port: int, model: str, tokens: int) -> bytes:
     """A streamed completion of exactly ``tokens`` tokens (``ignore_eos``) with its usage at the end."""
-    body = orjson.dumps({
-        "model": model,
-        "prompt": "the red",
-        "max_tokens": tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    })
-    head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    body = orjson.dumps(
+        {
+            "model": model,
+            "prompt": "the red",
+            "max_tokens": tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
     return head.encode() + body
 
 
@@ -85,8 +89,10 @@ async def generate(base: str, model: str, streams: int, tokens: int, rounds: int
     second took 0.85 of a core here, the gateway 0.8 of the other, so the client set the pace."""
     port = int(base.rsplit(":", 1)[1])
     loop = asyncio.get_running_loop()
-    conns = [(await loop.create_connection(lambda: Conn(keep_tail=True), "127.0.0.1", port))[1]
-             for _ in range(streams)]
+    conns = [
+        (await loop.create_connection(lambda: Conn(keep_tail=True), "127.0.0.1", port))[1]
+        for _ in range(streams)
+    ]
     try:
         await one_stream(conns[0], stream_request(port, model, 8))  # warm-up
         data = stream_request(port, model, tokens)
@@ -175,15 +181,18 @@ def engine_alone(tokens: int, turns: int) -> dict[tuple[str, int], tuple[float, 
             for batch in (1, 16):
                 length = len(prompt) + tokens
                 begun = time.perf_counter()
-                generator = Generator(model.model, {"max_length": length, "min_length": length,
-                                                    "batch_size": batch, "do_sample": False})
+                generator = Generator(
+                    model.model,
+                    {"max_length": length, "min_length": length, "batch_size": batch, "do_sample": False},
+                )
                 try:
                     generator.append_tokens(np.tile(prompt, (batch, 1)))
                     started = time.perf_counter()
                     for _ in range(tokens):
                         generator.generate_next_token()
                     steps.setdefault((precision, batch), []).append(
-                        ((time.perf_counter() - started) / tokens * 1e6, (started - begun) * 1e6))
+                        ((time.perf_counter() - started) / tokens * 1e6, (started - begun) * 1e6)
+                    )
                 finally:
                     generator.close()
     med = statistics.median
@@ -210,36 +219,49 @@ def main() -> None:
         rss = rss_mb(pids[16])
     alone = engine_alone(args.tokens, args.turns)  # after the gateways have stopped
     med = statistics.median
-    print(f"embedded engine, {args.tokens} tokens per stream, {args.rounds} rounds per figure, "
-          f"median of {args.turns} turns, tokens/s through the API")
-    print(f"{'precision':<10}{'1 stream':>10}{'16 streams':>12}{'16, batch=1':>13}{'batching gain':>15}"
-          f"{'95% interval':>16}   gain by turn")
+    print(
+        f"embedded engine, {args.tokens} tokens per stream, {args.rounds} rounds per figure, "
+        f"median of {args.turns} turns, tokens/s through the API"
+    )
+    print(
+        f"{'precision':<10}{'1 stream':>10}{'16 streams':>12}{'16, batch=1':>13}{'batching gain':>15}"
+        f"{'95% interval':>16}   gain by turn"
+    )
     verdicts = {}
     for precision in PRECISIONS:
         many, baseline = figures[(precision, 16, 16)], figures[(precision, 16, 1)]
         gains = [a / b for a, b in zip(many, baseline, strict=True)]
         low, high = median_interval(gains)
         verdicts[precision] = verdict(med(gains), (low, high), TARGET_GAIN, higher_is_better=True)
-        print(f"{precision:<10}{med(figures[(precision, 1, 16)]):>10.0f}{med(many):>12.0f}"
-              f"{med(baseline):>13.0f}{med(gains):>14.2f}x{low:>9.2f} .. {high:.2f}   "
-              + " ".join(f"{g:.2f}" for g in gains))
-    print(f"target: batching gain >= {TARGET_GAIN:.2f}x at 16 streams (the interval: a bootstrap of the "
-          "median over turns): " + ", ".join(f"{p} {v}" for p, v in verdicts.items()))
+        print(
+            f"{precision:<10}{med(figures[(precision, 1, 16)]):>10.0f}{med(many):>12.0f}"
+            f"{med(baseline):>13.0f}{med(gains):>14.2f}x{low:>9.2f} .. {high:.2f}   "
+            + " ".join(f"{g:.2f}" for g in gains)
+        )
+    print(
+        f"target: batching gain >= {TARGET_GAIN:.2f}x at 16 streams (the interval: a bootstrap of the "
+        "median over turns): " + ", ".join(f"{p} {v}" for p, v in verdicts.items())
+    )
     if cpu:
-        print("CPU per generated token at 16 streams, µs (gateway event loop / engine thread), "
-              "median of turns:")
+        print(
+            "CPU per generated token at 16 streams, µs (gateway event loop / engine thread), median of turns:"
+        )
         for precision in PRECISIONS:
             cells = []
             for batch, name in ((16, "batched"), (1, "batch 1")):
                 rows = cpu[(precision, batch)]
                 cells.append(f"{name} {med(r[0] for r in rows):.0f} / {med(r[1] for r in rows):.0f}")
             print(f"  {precision:<8}" + ", ".join(cells))
-    print("the engine alone (no gateway), µs per decode step, median of turns (and to start a batch:"
-          " its generator and prompt pass):")
+    print(
+        "the engine alone (no gateway), µs per decode step, median of turns (and to start a batch:"
+        " its generator and prompt pass):"
+    )
     for precision in PRECISIONS:
         (one, start_one), (sixteen, start_sixteen) = alone[(precision, 1)], alone[(precision, 16)]
-        print(f"  {precision:<8}batch 1 {one:.0f} ({start_one:.0f}), batch 16 {sixteen:.0f} "
-              f"({start_sixteen:.0f}): a token {16 * one / sixteen:.2f}x faster batched")
+        print(
+            f"  {precision:<8}batch 1 {one:.0f} ({start_one:.0f}), batch 16 {sixteen:.0f} "
+            f"({start_sixteen:.0f}): a token {16 * one / sixteen:.2f}x faster batched"
+        )
     print(f"gateway RSS with fp32+int8+int4 loaded, after load: {rss:.0f} MB (target <= 500 MB)")
 
 

@@ -84,19 +84,24 @@ def _pinned(cpu: int, cmd: list[str]) -> list[str]:
     return ["taskset", "-c", str(cpu), *cmd] if shutil.which("taskset") else cmd
 
 
-def _wait_answering(port: int, proc: subprocess.Popen[bytes], limit: float,
-                    probe: tuple[str, bytes] | None = None) -> None:
+def _wait_answering(
+    port: int, proc: subprocess.Popen[bytes], limit: float, probe: tuple[str, bytes] | None = None
+) -> None:
     """Bounded wait until a real request through ``port`` answers 200: ``probe`` (path, body),
     by default a chat request for the fault server's model."""
-    path, body = probe or ("/v1/chat/completions",
-                           orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}))
+    path, body = probe or (
+        "/v1/chat/completions",
+        orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}),
+    )
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with status {proc.returncode}")
-        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
-                                     headers={"content-type": "application/json",
-                                              "authorization": "Bearer sk-bench"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}",
+            data=body,
+            headers={"content-type": "application/json", "authorization": "Bearer sk-bench"},
+        )
         with contextlib.suppress(OSError), urllib.request.urlopen(req, timeout=5) as resp:
             if resp.status == 200:
                 return
@@ -105,13 +110,25 @@ def _wait_answering(port: int, proc: subprocess.Popen[bytes], limit: float,
 
 
 @contextlib.contextmanager
-def gateway(cmd: list[str], port: int, limit: float, env: dict[str, str] | None = None,
-            log: Path | None = None, cpu: int | None = 0, probe: tuple[str, bytes] | None = None) -> Any:
+def gateway(
+    cmd: list[str],
+    port: int,
+    limit: float,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    cpu: int | None = 0,
+    probe: tuple[str, bytes] | None = None,
+) -> Any:
     """``cmd`` running (on core ``cpu``; None: not pinned) until the block ends, once it answers
     (``probe``: the (path, body) to ask, see ``_wait_answering``)."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
-    proc = subprocess.Popen(cmd if cpu is None else _pinned(cpu, cmd), cwd=ROOT,
-                            env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd if cpu is None else _pinned(cpu, cmd),
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
     try:
         _wait_answering(port, proc, limit, probe)
         yield proc
@@ -140,15 +157,29 @@ def turnout_cmd(fault_url: str, port: int, tmp: Path, shadow_rate: float | None 
     if shadow_rate is None:
         route = "    targets: [{variant: fake}]\n"
     else:
-        route = ("    targets: [{variant: fake, weight: 50}, {variant: fake-b, weight: 50}]\n"
-                 "    fallbacks: [fake-b]\n"
-                 f"    shadows: [{{variant: fake-shadow, sample_rate: {shadow_rate}}}]\n")
-    config.write_text(f"variants:\n{variants}routes:\n  {MODEL}:\n{route}"
-                      f"store:\n  url: sqlite:///{tmp / f'routes-{port}.db'}\n"
-                      "auth:\n  anonymous_clients: true\n")
+        route = (
+            "    targets: [{variant: fake, weight: 50}, {variant: fake-b, weight: 50}]\n"
+            "    fallbacks: [fake-b]\n"
+            f"    shadows: [{{variant: fake-shadow, sample_rate: {shadow_rate}}}]\n"
+        )
+    config.write_text(
+        f"variants:\n{variants}routes:\n  {MODEL}:\n{route}"
+        f"store:\n  url: sqlite:///{tmp / f'routes-{port}.db'}\n"
+        "auth:\n  anonymous_clients: true\n"
+    )
     # This checkout's code (the gateway runs in ROOT), not whatever an installed ``turnout`` points at.
-    return [sys.executable, "-m", "serving.cli", "serve", "--config", str(config), "--port", str(port),
-            "--log-level", "warning"]
+    return [
+        sys.executable,
+        "-m",
+        "serving.cli",
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
 
 
 def bare_cmd(fault_url: str, port: int, client: str = "pool") -> list[str]:
@@ -165,8 +196,11 @@ def ensure_litellm() -> Path | None:
     print(f"installing {LITELLM_REQUIREMENT} into {LITELLM_VENV} (first use, a few minutes)...", flush=True)
     try:
         subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True, timeout=120)
-        subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", LITELLM_REQUIREMENT],
-                       check=True, timeout=1200)
+        subprocess.run(
+            [str(LITELLM_VENV / "bin" / "pip"), "install", "-q", LITELLM_REQUIREMENT],
+            check=True,
+            timeout=1200,
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         print(f"LiteLLM skipped: could not install it ({exc})", flush=True)
         return None
@@ -178,13 +212,27 @@ def litellm_cmd(exe: Path, fault_url: str, port: int, tmp: Path) -> list[str]:
     config.write_text(
         f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n      model: openai/{MODEL}\n"
         f"      api_base: {fault_url}/v1\n      api_key: sk-fake\n"
-        "general_settings:\n  master_key: sk-bench\n")  # the load generator sends this key
-    return [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-            "--num_workers", "1"]
+        "general_settings:\n  master_key: sk-bench\n"
+    )  # the load generator sends this key
+    return [
+        str(exe),
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num_workers",
+        "1",
+    ]
 
 
-LITELLM_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
-               "LITELLM_TELEMETRY": "False", "DISABLE_SCHEMA_UPDATE": "True"}
+LITELLM_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_LOG": "ERROR",
+    "LITELLM_TELEMETRY": "False",
+    "DISABLE_SCHEMA_UPDATE": "True",
+}
 
 
 # ---------------------------------------------------------------- report
@@ -196,8 +244,9 @@ def _beyond(rows: dict[str, dict[str, Any]], name: str, base: str) -> float:
     return float(rows[name]["p50_ms"] - rows[base]["p50_ms"])
 
 
-def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None, placement: str = "matched"
-           ) -> dict[str, Any]:
+def report(
+    rows: dict[str, dict[str, Any]], rtt_us: float | None = None, placement: str = "matched"
+) -> dict[str, Any]:
     direct, other = rows["direct"], "split" if placement == "matched" else "matched"
     for name, row in rows.items():
         row["errors"] = row.get("errors", 0) + row.pop("c1_errors", 0)
@@ -205,15 +254,22 @@ def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None, placeme
             row.setdefault("added_p50_ms", row["p50_ms"] - direct["p50_ms"])
             row.setdefault("added_p99_ms", row["p99_ms"] - direct["p99_ms"])
             row.setdefault("ttfb_added_ms", row["ttfb_p50_ms"] - direct["ttfb_p50_ms"])
-    lines = [("non-stream c=1 p50 (ms)", "p50_ms", 3), ("non-stream c=1 p99 (ms)", "p99_ms", 3),
-             ("added p50 (ms)", "added_p50_ms", 3), ("added p99 (ms)", "added_p99_ms", 3),
-             (f"added p50, {other} (ms)", f"added_p50_{other}_ms", 3),
-             (f"added p99, {other} (ms)", f"added_p99_{other}_ms", 3),
-             ("c=32 throughput (req/s)", "rps_c32", 0), ("c=32 p50 (ms)", "p50_c32_ms", 2),
-             ("c=32 p99 (ms)", "p99_c32_ms", 2), ("c=32 server CPU (us/req)", "server_cpu_us_c32", 1),
-             ("stream TTFB p50 (ms)", "ttfb_p50_ms", 3),
-             ("stream TTFB added p50 (ms)", "ttfb_added_ms", 3),
-             ("idle CPU (ms per s)", "idle_cpu_ms_per_s", 2), ("errors", "errors", 0)]
+    lines = [
+        ("non-stream c=1 p50 (ms)", "p50_ms", 3),
+        ("non-stream c=1 p99 (ms)", "p99_ms", 3),
+        ("added p50 (ms)", "added_p50_ms", 3),
+        ("added p99 (ms)", "added_p99_ms", 3),
+        (f"added p50, {other} (ms)", f"added_p50_{other}_ms", 3),
+        (f"added p99, {other} (ms)", f"added_p99_{other}_ms", 3),
+        ("c=32 throughput (req/s)", "rps_c32", 0),
+        ("c=32 p50 (ms)", "p50_c32_ms", 2),
+        ("c=32 p99 (ms)", "p99_c32_ms", 2),
+        ("c=32 server CPU (us/req)", "server_cpu_us_c32", 1),
+        ("stream TTFB p50 (ms)", "ttfb_p50_ms", 3),
+        ("stream TTFB added p50 (ms)", "ttfb_added_ms", 3),
+        ("idle CPU (ms per s)", "idle_cpu_ms_per_s", 2),
+        ("errors", "errors", 0),
+    ]
     names = list(rows)
     print("\n" + f"{'':28}" + "".join(f"{n:>12}" for n in names))
     for label, key, digits in lines:
@@ -221,40 +277,53 @@ def report(rows: dict[str, dict[str, Any]], rtt_us: float | None = None, placeme
         print(f"{label:28}" + "".join(cells))
     summary: dict[str, Any] = {"rows": rows, "cross_core_rtt_us": rtt_us, "placement": placement}
     if rtt_us is not None:
-        crossings = ("one, as does direct" if placement == "matched"
-                     else "two; direct makes none (--placement split)")
-        print(f"\nthis machine: cross-core round trip p50 {rtt_us:.1f} us (the c=1 path through a "
-              f"gateway makes {crossings})")
+        crossings = (
+            "one, as does direct" if placement == "matched" else "two; direct makes none (--placement split)"
+        )
+        print(
+            f"\nthis machine: cross-core round trip p50 {rtt_us:.1f} us (the c=1 path through a "
+            f"gateway makes {crossings})"
+        )
     t = rows.get("turnout", {})
     if f"added_p50_{other}_ms" in t:
         mean = (t["added_p50_ms"] + t[f"added_p50_{other}_ms"]) / 2
         summary["turnout_added_p50_one_crossing_ms"] = mean
-        print(f"Turnout's added c=1 p50: {t['added_p50_ms']:.3f} ms {placement}, "
-              f"{t[f'added_p50_{other}_ms']:.3f} ms {other}; their mean, {mean:.3f} ms, charges a relayed "
-              f"request one cross-core round trip more than a direct one, as a hop to another core would")
+        print(
+            f"Turnout's added c=1 p50: {t['added_p50_ms']:.3f} ms {placement}, "
+            f"{t[f'added_p50_{other}_ms']:.3f} ms {other}; their mean, {mean:.3f} ms, charges a relayed "
+            f"request one cross-core round trip more than a direct one, as a hop to another core would"
+        )
     if "turnout" in rows and "bare" in rows:
         beyond = _beyond(rows, "turnout", "bare")
         summary["turnout_beyond_bare_p50_ms"] = beyond
-        print(f"Turnout's own logic (turnout - bare, c=1 p50): {beyond:+.3f} ms; the bare uvicorn + "
-              f"upstream-pool relay adds {rows['bare']['added_p50_ms']:.3f} ms by itself")
+        print(
+            f"Turnout's own logic (turnout - bare, c=1 p50): {beyond:+.3f} ms; the bare uvicorn + "
+            f"upstream-pool relay adds {rows['bare']['added_p50_ms']:.3f} ms by itself"
+        )
     if "bare" in rows and "bare-aiohttp" in rows:
         gain = _beyond(rows, "bare-aiohttp", "bare")
         summary["pool_vs_aiohttp_p50_ms"] = gain
         speedup = rows["bare"]["rps_c32"] / rows["bare-aiohttp"]["rps_c32"]
-        print(f"the same relay on aiohttp's client (bare-aiohttp) is {gain:+.3f} ms slower at c=1 p50; "
-              f"the pool serves {speedup:.2f}x its req/s at c=32")
+        print(
+            f"the same relay on aiohttp's client (bare-aiohttp) is {gain:+.3f} ms slower at c=1 p50; "
+            f"the pool serves {speedup:.2f}x its req/s at c=32"
+        )
     if "turnout" in rows and "litellm" in rows:
         t, lite = rows["turnout"], rows["litellm"]
-        ratios = {"added_p50 turnout/litellm": t["added_p50_ms"] / lite["added_p50_ms"],
-                  "rps_c32 turnout/litellm": t["rps_c32"] / lite["rps_c32"]}
+        ratios = {
+            "added_p50 turnout/litellm": t["added_p50_ms"] / lite["added_p50_ms"],
+            "rps_c32 turnout/litellm": t["rps_c32"] / lite["rps_c32"],
+        }
         summary["ratios"] = ratios
         print("\nratios: " + ", ".join(f"{k} = {v:.3g}" for k, v in ratios.items()))
     if "turnout" in rows:
         t = rows["turnout"]
-        checks = {"added p50 <= 0.5 ms": t["added_p50_ms"] <= TARGETS["added_p50_ms"],
-                  "added p99 <= 2 ms": t["added_p99_ms"] <= TARGETS["added_p99_ms"],
-                  "c=32 >= 3,000 req/s": t["rps_c32"] >= TARGETS["rps_c32"],
-                  "stream TTFB added <= 1 ms": t["ttfb_added_ms"] <= TARGETS["ttfb_added_ms"]}
+        checks = {
+            "added p50 <= 0.5 ms": t["added_p50_ms"] <= TARGETS["added_p50_ms"],
+            "added p99 <= 2 ms": t["added_p99_ms"] <= TARGETS["added_p99_ms"],
+            "c=32 >= 3,000 req/s": t["rps_c32"] >= TARGETS["rps_c32"],
+            "stream TTFB added <= 1 ms": t["ttfb_added_ms"] <= TARGETS["ttfb_added_ms"],
+        }
         summary["targets"] = checks
         verdicts = (f"{k}: {'PASS' if ok else 'MISS'}" for k, ok in checks.items())
         print("targets (Turnout): " + ", ".join(verdicts))
@@ -268,8 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--skip-bare", action="store_true", help="leave out the bare relay rows")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--placement", choices=("matched", "split"), default="matched",
-                        help="where the fault server runs in latency phases (bench/placement.py)")
+    parser.add_argument(
+        "--placement",
+        choices=("matched", "split"),
+        default="matched",
+        help="where the fault server runs in latency phases (bench/placement.py)",
+    )
     args = parser.parse_args(argv)
     quick = Sizes(150, 5, 2, 200, 50, 50, 2, 20, 1, load_rounds=1)
     full = Sizes(1000, 20, 3, 600, 300, 2000, 5, 100, 5, load_rounds=3)
@@ -279,8 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(os.sched_getaffinity(0)) > 1:
             os.sched_setaffinity(0, {LOADGEN_CORE})  # the fault server moves per phase (placement.py)
     rows: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="turnout-bench-") as tmpdir, \
-            FaultServer(process=True, cpu=LOADGEN_CORE, chunks=8) as fault:
+    with (
+        tempfile.TemporaryDirectory(prefix="turnout-bench-") as tmpdir,
+        FaultServer(process=True, cpu=LOADGEN_CORE, chunks=8) as fault,
+    ):
         tmp = Path(tmpdir)
         assert fault.proc is not None
         place = UpstreamPlacement(fault.proc.pid, args.placement)
@@ -298,8 +373,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"Turnout failed: {exc}\n{(tmp / 'turnout.log').read_text()[-3000:]}", flush=True)
             clients: tuple[str, ...] = () if args.skip_bare else ("pool", "aiohttp")
             if "aiohttp" in clients and importlib.util.find_spec("aiohttp") is None:
-                print("bare-aiohttp skipped: aiohttp is not installed (pip install 'turnout[bench]')",
-                      flush=True)
+                print(
+                    "bare-aiohttp skipped: aiohttp is not installed (pip install 'turnout[bench]')",
+                    flush=True,
+                )
                 clients = ("pool",)
             for client in clients:
                 port, name = _free_port(), "bare" if client == "pool" else "bare-aiohttp"
@@ -316,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         if exe is not None:
             port = _free_port()
             try:
-                with gateway(litellm_cmd(exe, fault.url, port, tmp), port, 240, LITELLM_ENV,
-                             log=tmp / "litellm.log") as proc:
+                with gateway(
+                    litellm_cmd(exe, fault.url, port, tmp), port, 240, LITELLM_ENV, log=tmp / "litellm.log"
+                ) as proc:
                     rows["litellm"] = litellm_row(port, sizes, proc.pid, place)
             except RuntimeError as exc:
                 print(f"LiteLLM skipped: {exc}\n{(tmp / 'litellm.log').read_text()[-3000:]}", flush=True)

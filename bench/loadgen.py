@@ -95,8 +95,16 @@ class PhaseResult:
         return len(self.latencies_ns) / self.seconds if self.seconds else 0.0
 
 
-async def _worker(port: int, data: bytes, budget: list[int], deadline: float, out: PhaseResult,
-                  jitter_s: float, slots: list[Conn | None], slot: int) -> None:
+async def _worker(
+    port: int,
+    data: bytes,
+    budget: list[int],
+    deadline: float,
+    out: PhaseResult,
+    jitter_s: float,
+    slots: list[Conn | None],
+    slot: int,
+) -> None:
     loop = asyncio.get_running_loop()
     conn = slots[slot]
     while budget[0] > 0 and time.perf_counter() < deadline:
@@ -122,23 +130,35 @@ async def _worker(port: int, data: bytes, budget: list[int], deadline: float, ou
     slots[slot] = conn
 
 
-async def run_phase(port: int, data: bytes, concurrency: int, count: int, seconds: float,
-                    warmup: int) -> PhaseResult:
+async def run_phase(
+    port: int, data: bytes, concurrency: int, count: int, seconds: float, warmup: int
+) -> PhaseResult:
     """Closed loop: ``concurrency`` connections send until ``count`` answers or ``seconds`` pass."""
     await closed_loop(port, data, concurrency, warmup, 30.0)
     return await closed_loop(port, data, concurrency, count, seconds)
 
 
-async def closed_loop(port: int, data: bytes, concurrency: int, count: int, seconds: float,
-                      jitter_s: float = 0.0, conns: list[Conn | None] | None = None) -> PhaseResult:
+async def closed_loop(
+    port: int,
+    data: bytes,
+    concurrency: int,
+    count: int,
+    seconds: float,
+    jitter_s: float = 0.0,
+    conns: list[Conn | None] | None = None,
+) -> PhaseResult:
     """``concurrency`` keep-alive connections send until ``count`` answers or ``seconds`` pass,
     each waiting a random 0..``jitter_s`` before each request. With ``conns`` (one slot per
     worker) the connections are taken from and left in it; without, they are closed."""
     result, budget = PhaseResult(), [count]
     slots: list[Conn | None] = conns if conns is not None else [None] * concurrency
     start = time.perf_counter()
-    await asyncio.gather(*(_worker(port, data, budget, start + seconds, result, jitter_s, slots, slot)
-                           for slot in range(concurrency)))
+    await asyncio.gather(
+        *(
+            _worker(port, data, budget, start + seconds, result, jitter_s, slots, slot)
+            for slot in range(concurrency)
+        )
+    )
     result.seconds = time.perf_counter() - start
     if conns is None:
         for conn in slots:
@@ -156,8 +176,15 @@ def run_loop(coro: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(coro)
 
 
-async def interleaved(targets: dict[str, tuple[int, bytes]], rounds: int, count: int, seconds: float,
-                      warmup: int, first_warmup: int, rotate: int = 0) -> dict[str, list[PhaseResult]]:
+async def interleaved(
+    targets: dict[str, tuple[int, bytes]],
+    rounds: int,
+    count: int,
+    seconds: float,
+    warmup: int,
+    first_warmup: int,
+    rotate: int = 0,
+) -> dict[str, list[PhaseResult]]:
     """Concurrency 1 on each (port, request) of ``targets`` in turn, ``rounds`` times, the first
     one rotating (starting ``rotate`` places on): ``count`` answers (at most ``seconds``) each
     time, after ``warmup`` unmeasured ones (``first_warmup`` before the first round). Every

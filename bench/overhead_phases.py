@@ -27,14 +27,19 @@ MODEL = "fake-model"
 
 
 def http_request(port: int, stream: bool) -> bytes:
-    body: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}],
-                            "max_tokens": 16}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 16,
+    }
     if stream:
         body["stream"] = True
     raw = orjson.dumps(body)
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
-            f"Content-Length: {len(raw)}\r\n\r\n")
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
+        f"Content-Length: {len(raw)}\r\n\r\n"
+    )
     return head.encode() + raw
 
 
@@ -91,8 +96,9 @@ def _rotated(names: list[str], index: int) -> list[str]:
     return names[shift:] + names[:shift]
 
 
-def c1_rows(servers: dict[str, tuple[int, int]], sizes: Sizes, places: list[UpstreamPlacement]
-            ) -> dict[str, dict[str, Any]]:
+def c1_rows(
+    servers: dict[str, tuple[int, int]], sizes: Sizes, places: list[UpstreamPlacement]
+) -> dict[str, dict[str, Any]]:
     """Concurrency 1 on every server (``direct`` first among them) in interleaved rounds, each
     round once per placement of the fault server in ``places`` (the first is the headline, the
     others give ``added_p50_<mode>_ms``): each row's p50/p99 is the median of its rounds', its
@@ -100,13 +106,17 @@ def c1_rows(servers: dict[str, tuple[int, int]], sizes: Sizes, places: list[Upst
     load_note("c=1, " + ", ".join(servers))
     targets = {name: (port, http_request(port, False)) for name, (port, _) in servers.items()}
     by_mode: dict[str, dict[str, list[PhaseResult]]] = {
-        place.mode: {name: [] for name in servers} for place in places}
+        place.mode: {name: [] for name in servers} for place in places
+    }
     for index in range(sizes.rounds):
         for place in places:
             place.for_latency()
             first = sizes.c1_warmup if index == 0 else sizes.round_warmup
-            found = run_loop(interleaved(targets, 1, sizes.c1_count, sizes.c1_seconds, sizes.round_warmup,
-                                         first, rotate=index))
+            found = run_loop(
+                interleaved(
+                    targets, 1, sizes.c1_count, sizes.c1_seconds, sizes.round_warmup, first, rotate=index
+                )
+            )
             for name, results in found.items():
                 by_mode[place.mode][name].extend(results)
     rows: dict[str, dict[str, Any]] = {}
@@ -114,25 +124,36 @@ def c1_rows(servers: dict[str, tuple[int, int]], sizes: Sizes, places: list[Upst
         p50s = {name: [r.pct("lat", 0.5) for r in results] for name, results in rounds.items()}
         p99s = {name: [r.pct("lat", 0.99) for r in results] for name, results in rounds.items()}
         for name, results in rounds.items():
-            added = {} if name == "direct" else {
-                "added_p50_ms": paired_median(p50s[name], p50s["direct"]),
-                "added_p99_ms": paired_median(p99s[name], p99s["direct"])}
+            added = (
+                {}
+                if name == "direct"
+                else {
+                    "added_p50_ms": paired_median(p50s[name], p50s["direct"]),
+                    "added_p99_ms": paired_median(p99s[name], p99s["direct"]),
+                }
+            )
             if mode_index:
                 rows[name].update({f"{key[:-3]}_{mode}_ms": value for key, value in added.items()})
                 continue
             rows[name] = {
-                "p50_ms": statistics.median(p50s[name]), "p99_ms": statistics.median(p99s[name]),
+                "p50_ms": statistics.median(p50s[name]),
+                "p99_ms": statistics.median(p99s[name]),
                 "n_c1": sum(len(r.latencies_ns) for r in results),
                 "c1_errors": sum(r.errors for r in results),
-                "c1_rounds_p50_ms": p50s[name], **added}
+                "c1_rounds_p50_ms": p50s[name],
+                **added,
+            }
         for name in rounds:
-            print(f"[{name}] c=1 p50 by round ({mode}): {' '.join(f'{v:.3f}' for v in p50s[name])} ms",
-                  flush=True)
+            print(
+                f"[{name}] c=1 p50 by round ({mode}): {' '.join(f'{v:.3f}' for v in p50s[name])} ms",
+                flush=True,
+            )
     return rows
 
 
-def load_rows(servers: dict[str, tuple[int, int]], sizes: Sizes, place: UpstreamPlacement
-              ) -> dict[str, dict[str, Any]]:
+def load_rows(
+    servers: dict[str, tuple[int, int]], sizes: Sizes, place: UpstreamPlacement
+) -> dict[str, dict[str, Any]]:
     """Concurrency 32 (req/s, and each server's CPU per request) and streaming at c=1 (time to
     the first body byte), both in ``sizes.load_rounds`` interleaved rounds: medians over rounds,
     and TTFB added as the median of each round's difference from direct's where direct ran."""
@@ -146,29 +167,43 @@ def load_rows(servers: dict[str, tuple[int, int]], sizes: Sizes, place: Upstream
         for name in _rotated(names, index):
             port, pid = servers[name]
             before = cpu_seconds(pid)
-            result = run_loop(run_phase(port, http_request(port, False), 32, 10**9, sizes.c32_seconds,
-                                        sizes.warmup))
+            result = run_loop(
+                run_phase(port, http_request(port, False), 32, 10**9, sizes.c32_seconds, sizes.warmup)
+            )
             served = len(result.latencies_ns) + sizes.warmup
             cpu[name].append(1e6 * (cpu_seconds(pid) - before) / served if served else float("nan"))
             c32[name].append(result)
         place.for_latency()
         for name in _rotated(names, index):
             port, _ = servers[name]
-            streams[name].append(run_loop(run_phase(port, http_request(port, True), 1, sizes.stream_count,
-                                                    sizes.c1_seconds, sizes.warmup)))
+            streams[name].append(
+                run_loop(
+                    run_phase(
+                        port, http_request(port, True), 1, sizes.stream_count, sizes.c1_seconds, sizes.warmup
+                    )
+                )
+            )
     med = statistics.median
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
         ttfbs = [r.pct("ttfb", 0.5) for r in streams[name]]
         rows[name] = {
-            "rps_c32": med(r.rps for r in c32[name]), "p50_c32_ms": med(r.pct("lat", 0.5) for r in c32[name]),
-            "p99_c32_ms": med(r.pct("lat", 0.99) for r in c32[name]), "server_cpu_us_c32": med(cpu[name]),
-            "ttfb_p50_ms": med(ttfbs), "ttfb_p99_ms": med(r.pct("ttfb", 0.99) for r in streams[name]),
+            "rps_c32": med(r.rps for r in c32[name]),
+            "p50_c32_ms": med(r.pct("lat", 0.5) for r in c32[name]),
+            "p99_c32_ms": med(r.pct("lat", 0.99) for r in c32[name]),
+            "server_cpu_us_c32": med(cpu[name]),
+            "ttfb_p50_ms": med(ttfbs),
+            "ttfb_p99_ms": med(r.pct("ttfb", 0.99) for r in streams[name]),
             "stream_p50_ms": med(r.pct("lat", 0.5) for r in streams[name]),
-            "rps_c32_rounds": [r.rps for r in c32[name]], "ttfb_rounds_p50_ms": ttfbs,
-            "errors": sum(r.errors for r in c32[name] + streams[name])}
-        print(f"[{name}] c=32 req/s by round: {' '.join(f'{r.rps:.0f}' for r in c32[name])}; "
-              f"stream TTFB p50 by round: {' '.join(f'{v:.3f}' for v in ttfbs)} ms", flush=True)
+            "rps_c32_rounds": [r.rps for r in c32[name]],
+            "ttfb_rounds_p50_ms": ttfbs,
+            "errors": sum(r.errors for r in c32[name] + streams[name]),
+        }
+        print(
+            f"[{name}] c=32 req/s by round: {' '.join(f'{r.rps:.0f}' for r in c32[name])}; "
+            f"stream TTFB p50 by round: {' '.join(f'{v:.3f}' for v in ttfbs)} ms",
+            flush=True,
+        )
     direct = rows.get("direct")
     for name, row in rows.items():
         if name != "direct" and direct is not None:
@@ -180,8 +215,20 @@ def litellm_row(port: int, sizes: Sizes, pid: int, place: UpstreamPlacement) -> 
     """LiteLLM alone (its c=1 is ~40x slower: one phase, no rounds), then the load phases."""
     load_note("litellm")
     place.for_latency()
-    c1 = run_loop(run_phase(port, http_request(port, False), 1, sizes.c1_count * sizes.rounds,
-                            sizes.c1_seconds, sizes.c1_warmup))
-    row: dict[str, Any] = {"p50_ms": c1.pct("lat", 0.5), "p99_ms": c1.pct("lat", 0.99),
-                           "n_c1": len(c1.latencies_ns), "c1_errors": c1.errors}
+    c1 = run_loop(
+        run_phase(
+            port,
+            http_request(port, False),
+            1,
+            sizes.c1_count * sizes.rounds,
+            sizes.c1_seconds,
+            sizes.c1_warmup,
+        )
+    )
+    row: dict[str, Any] = {
+        "p50_ms": c1.pct("lat", 0.5),
+        "p99_ms": c1.pct("lat", 0.99),
+        "n_c1": len(c1.latencies_ns),
+        "c1_errors": c1.errors,
+    }
     return {**row, **load_rows({"litellm": (port, pid)}, sizes, place)["litellm"]}

@@ -52,8 +52,10 @@ class UpstreamPlacement:
 
     def describe(self) -> str:
         if self.mode == "matched":
-            return ("the fault server beside the gateways for c=1 and streaming (direct and relayed "
-                    "paths cross cores alike), beside the load generator for c=32")
+            return (
+                "the fault server beside the gateways for c=1 and streaming (direct and relayed "
+                "paths cross cores alike), beside the load generator for c=32"
+            )
         return "the fault server beside the load generator throughout (relayed c=1 paths cross cores 4 times)"
 
 

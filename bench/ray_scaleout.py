@@ -116,13 +116,19 @@ def main(argv: list[str] | None = None) -> int:
                 rows[name] = _measure(name, port, launched.pid, args.quick)
     plain, one, two = rows["uvicorn"], rows["ray x1"], rows["ray x2"]
     print(f"\n{'':28}{'uvicorn':>10}{'ray x1':>10}{'ray x2':>10}")
-    for key, label in (("p50_ms", "c=1 p50 (ms)"), ("p99_ms", "c=1 p99 (ms)"),
-                       ("rps_c32", "c=32 throughput (req/s)"), ("p50_c32_ms", "c=32 p50 (ms)"),
-                       ("cpu_ms_per_request", "c=32 CPU-ms per request")):
+    for key, label in (
+        ("p50_ms", "c=1 p50 (ms)"),
+        ("p99_ms", "c=1 p99 (ms)"),
+        ("rps_c32", "c=32 throughput (req/s)"),
+        ("p50_c32_ms", "c=32 p50 (ms)"),
+        ("cpu_ms_per_request", "c=32 CPU-ms per request"),
+    ):
         print(f"{label:28}{plain[key]:>10.2f}{one[key]:>10.2f}{two[key]:>10.2f}")  # fmt: skip
     print(f"\nRay proxy adds at c=1 p50: {one['p50_ms'] - plain['p50_ms']:+.2f} ms over uvicorn")
-    print(f"2 vs 1 Ray gateway replicas, throughput: {two['rps_c32'] / one['rps_c32']:.2f}x; "
-          f"Ray x2 vs uvicorn: {two['rps_c32'] / plain['rps_c32']:.2f}x (cores: {os.cpu_count()})")
+    print(
+        f"2 vs 1 Ray gateway replicas, throughput: {two['rps_c32'] / one['rps_c32']:.2f}x; "
+        f"Ray x2 vs uvicorn: {two['rps_c32'] / plain['rps_c32']:.2f}x (cores: {os.cpu_count()})"
+    )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

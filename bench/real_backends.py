@@ -125,8 +125,13 @@ def bare_relay(engine: str, engine_url: str) -> Iterator[str]:
     parts = urlsplit(engine_url)
     port = free_port()
     path, body = direct_target(engine, engine_url)
-    with bare_gateway(bare_cmd(f"{parts.scheme}://{parts.netloc}", port), port, 60, cpu=None,
-                      probe=(path, orjson.dumps(body))):
+    with bare_gateway(
+        bare_cmd(f"{parts.scheme}://{parts.netloc}", port),
+        port,
+        60,
+        cpu=None,
+        probe=(path, orjson.dumps(body)),
+    ):
         yield f"http://127.0.0.1:{port}"
 
 
@@ -319,15 +324,19 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
         verdicts = target_verdicts(rows)
         summary.setdefault("verdicts", {})[engine] = verdicts
         summary["targets"][engine] = {k: v.startswith("PASS") for k, v in verdicts.items()}
-    print("* paired, block by block over all rounds: c=1, the median of each block's Turnout - direct "
-          "p50; c=16, the median of each block's Turnout / direct req/s")
+    print(
+        "* paired, block by block over all rounds: c=1, the median of each block's Turnout - direct "
+        "p50; c=16, the median of each block's Turnout / direct req/s"
+    )
     for engine, rows in results.items():
         t = rows.get("turnout c=1", {})
         if "added_p50_low_ms" in t:
             low, high = t["added_p50_low_ms"], t["added_p50_high_ms"]
             summary["figures"][f"{engine} c=1"]["added_p50_interval_ms"] = [low, high]
-            print(f"c=1 added p50 of {engine}: {t['added_p50_ms']:+.3f} ms, 95% bootstrap interval "
-                  f"{low:+.3f} .. {high:+.3f} ms ({t['block_pairs']:.0f} block pairs)")
+            print(
+                f"c=1 added p50 of {engine}: {t['added_p50_ms']:+.3f} ms, 95% bootstrap interval "
+                f"{low:+.3f} .. {high:+.3f} ms ({t['block_pairs']:.0f} block pairs)"
+            )
         for path in ("turnout", "bare"):
             t = rows.get(f"{path} c=16", {})
             if "ratio_low" not in t:
@@ -337,9 +346,11 @@ def report(results: dict[str, dict[str, dict[str, float]]], control_ms: float = 
             key = f"{engine} c=16" if path == "turnout" else f"{engine} bare c=16"
             summary["figures"].setdefault(key, {}).update(figure)
             through = "Turnout" if path == "turnout" else "the bare relay"
-            print(f"c=16 throughput ratio of {engine} through {through}: {t['throughput_ratio']:.3f}, "
-                  f"95% bootstrap interval {interval[0]:.3f} .. {interval[1]:.3f} "
-                  f"({t['block_pairs']:.0f} block pairs)")
+            print(
+                f"c=16 throughput ratio of {engine} through {through}: {t['throughput_ratio']:.3f}, "
+                f"95% bootstrap interval {interval[0]:.3f} .. {interval[1]:.3f} "
+                f"({t['block_pairs']:.0f} block pairs)"
+            )
     for engine, verdicts in summary.get("verdicts", {}).items():
         print(f"targets ({engine}): " + ", ".join(f"{k}: {v}" for k, v in verdicts.items()))
     for engine, rows in results.items():

@@ -53,6 +53,12 @@ def test_embedded_engine_bench_prints_its_table() -> None:
     assert "gateway RSS" in out
 
 
+def test_embeddings_bench_prints_its_table() -> None:
+    out = run("bench/embeddings.py", "--seconds", "0.2", "--turns", "1", "--batch", "4")
+    for precision in ("fp32", "int8", "int4"):
+        assert re.search(rf"^{precision} +\d+\.\d\d +\d+\.\d\d +\d+ +\d+ +\d+ +\d+\.\d\dx$", out, re.M), out
+
+
 def test_gateway_overhead_bench_prints_its_table() -> None:
     out = run("bench/gateway_overhead.py", "--quick", "--skip-litellm")
     assert "added p50 (ms)" in out
