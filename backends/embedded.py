@@ -83,7 +83,7 @@ class EmbeddedBackend:
         folder = Path(self._folder())
         if (folder / EMBEDDING_GRAPH).is_file():  # a model built before embeddings were: generation only
             graph = await asyncio.to_thread(EmbeddingGraph, folder, settings.intra_op_threads)
-            self._embeddings = EmbeddingRunner(self.name, graph, settings.batching.max_queue_size)
+            self._embeddings = EmbeddingRunner(self.name, graph, settings.batching)
 
     async def close(self) -> None:
         if self._embeddings is not None:

@@ -5,23 +5,28 @@ holds ``embed.onnx``, written by ``deploy.model.export``: the generation graph (
 reading the same weights file) with the final norm's output as its only output. An input's
 embedding is the hidden state of its last token, L2-normalized, which is what vLLM's
 ``--convert embed`` makes of a causal LM (LAST pooling, normalized), so both serve the same
-vectors. Inputs run in right-padded batches, sorted by length, with plain ONNX Runtime on this
-variant's own thread, off the event loop; at most ``max_waiting`` requests wait for it, and the
-next one gets a 429, as a full generation queue does.
+vectors. Inputs run in right-padded passes of up to 32, sorted by length, with plain ONNX
+Runtime on the worker thread of the variant's own embedding batcher
+(``backends.dynamic_batcher``), off the event loop: requests that arrive while a pass runs share
+the next one (no wait is added to gather them), and a full queue gets a 429, as the generation
+queue does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
+from backends.dynamic_batcher import DynamicBatcher
+from backends.settings import BatchingSettings
 from deploy.model.artifacts import EMBEDDING_GRAPH, EMBEDDING_OUTPUT
-from serving.errors import BackendError, Overloaded
+from serving.errors import BackendError
 
 _ROWS_PER_RUN = 32  # inputs in one forward pass: the padding of a sorted batch stays small
 
@@ -72,29 +77,68 @@ class EmbeddingGraph:
         return result
 
 
-class EmbeddingRunner:
-    """One variant's embedding work: its own thread, and a bound on the requests waiting for it."""
+@dataclass(eq=False, slots=True)
+class EmbeddingJob:
+    """One request's rows, waiting in the variant's embedding batcher (a ``BatchJob``)."""
 
-    def __init__(self, name: str, graph: EmbeddingGraph, max_waiting: int) -> None:
-        self.name = name
+    rows: list[NDArray[np.int64]]
+    loop: asyncio.AbstractEventLoop
+    done: asyncio.Future[NDArray[np.float32]]
+    enqueued_at: float = 0.0
+    queued: bool = False
+
+    @property
+    def batch_key(self) -> Hashable | None:
+        return "embed"  # any two requests' inputs can share a pass
+
+    @property
+    def cancelled(self) -> bool:
+        return self.done.cancelled()
+
+    def succeed(self, vectors: NDArray[np.float32]) -> None:
+        """From the worker thread: hand the vectors to the waiting request."""
+        self.loop.call_soon_threadsafe(self._hand_over, vectors, None)
+
+    def fail(self, error: BaseException) -> None:
+        """From the worker thread: the pass this job was in raised."""
+        failure = BackendError(f"embedding failed: {type(error).__name__}: {error}")
+        self.loop.call_soon_threadsafe(self._hand_over, None, failure)
+
+    def _hand_over(self, vectors: NDArray[np.float32] | None, failure: BackendError | None) -> None:
+        if self.done.done():  # its client left meanwhile
+            return
+        if vectors is not None:
+            self.done.set_result(vectors)
+        else:
+            self.done.set_exception(failure or BackendError("embedding failed"))
+
+
+class EmbeddingRunner:
+    """One variant's embedding work: requests queue (bounded: a full queue is a 429), and those
+    waiting while a pass runs share the next one, with no wait added to gather more."""
+
+    def __init__(self, name: str, graph: EmbeddingGraph, batching: BatchingSettings) -> None:
         self.graph = graph
-        self.max_waiting = max_waiting
-        self._waiting = 0
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"embed-{name}")
+        settings = batching.model_copy(update={"max_queue_delay_ms": 0.0})
+        self._batcher = DynamicBatcher[EmbeddingJob](f"{name}-embeddings", settings, self._run)
+        self._batcher.start()
+
+    def _run(self, jobs: list[EmbeddingJob]) -> None:
+        live = [job for job in jobs if not job.cancelled]
+        vectors = self.graph.embed([row for job in live for row in job.rows])
+        start = 0
+        for job in live:
+            job.succeed(vectors[start : start + len(job.rows)])
+            start += len(job.rows)
 
     async def embed(self, rows: list[NDArray[np.int64]]) -> NDArray[np.float32]:
-        if self._waiting >= self.max_waiting:
-            raise Overloaded(
-                f"variant '{self.name}' has {self._waiting} embedding requests waiting (its queue "
-                "size); retry later",
-                retry_after=1.0,
-            )
-        self._waiting += 1
+        loop = asyncio.get_running_loop()
+        job = EmbeddingJob(rows, loop, loop.create_future())
+        self._batcher.submit(job)  # a full queue: Overloaded (429)
         try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._thread, self.graph.embed, rows)
+            return await job.done
         finally:
-            self._waiting -= 1
+            self._batcher.withdraw(job)  # if still queued (its client left)
 
     def close(self) -> None:
-        self._thread.shutdown(wait=True, cancel_futures=True)
+        self._batcher.stop()

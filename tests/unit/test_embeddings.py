@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -12,14 +13,15 @@ import orjson
 import pytest
 
 from backends.base import Chunk, Completion, Embeddings, EmbedRequest, GenerateRequest, embedder
-from backends.embedded_embeddings import EmbeddingGraph
+from backends.embedded_embeddings import EmbeddingGraph, EmbeddingRunner
 from backends.openai_embeddings import embeddings_body as upstream_body
 from backends.openai_embeddings import read_embeddings
+from backends.settings import BatchingSettings
 from deploy.model.artifacts import onnx_dir
 from serving.api.wire_errors import parse_wire
 from serving.config import GatewayConfig
 from serving.embeddings_protocol import MAX_INPUTS, EmbeddingsRequest, embeddings_body
-from serving.errors import ClientError
+from serving.errors import ClientError, Overloaded
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
 from tests.unit.inprocess_backend import InProcessBackend
@@ -190,3 +192,60 @@ async def test_embeddings_are_counted_under_their_endpoint_with_their_prompt_tok
     requests = gw.metrics.requests.labels("emb", "emb", "embeddings", "200")._value.get()
     prompt = gw.metrics.tokens.labels("emb", "emb", "prompt")._value.get()
     assert (requests, prompt) == (1, 5)
+
+
+class HeldGraph(EmbeddingGraph):
+    """The shipped fp32 graph, whose first pass waits for ``release`` (so requests pile up behind
+    it, as they do behind a long pass); records the rows of every pass."""
+
+    def __init__(self) -> None:
+        super().__init__(onnx_dir("fp32"))
+        self.release = threading.Event()
+        self.passes: list[int] = []
+
+    def embed(self, rows: list[np.ndarray]) -> np.ndarray:
+        if not self.passes:
+            self.release.wait(10)
+        self.passes.append(len(rows))
+        return super().embed(rows)
+
+
+def rows_of(*lengths: int) -> list[np.ndarray]:
+    return [np.arange(1, 1 + n, dtype=np.int64) for n in lengths]
+
+
+async def test_requests_waiting_behind_a_pass_share_the_next_and_each_gets_its_own_rows() -> None:
+    graph = HeldGraph()
+    runner = EmbeddingRunner("v", graph, BatchingSettings(max_batch_size=8, max_queue_size=8))
+    try:
+        first = asyncio.ensure_future(runner.embed(rows_of(3)))
+        await asyncio.sleep(0.05)  # the first pass is running (held)
+        asks = [rows_of(2, 5), rows_of(4), rows_of(6, 7, 8)]
+        waiting = [asyncio.ensure_future(runner.embed(rows)) for rows in asks]
+        left = asyncio.ensure_future(runner.embed(rows_of(9)))
+        await asyncio.sleep(0.05)
+        left.cancel()  # its client left while it waited: dropped, not embedded
+        graph.release.set()
+        answers = await asyncio.gather(first, *waiting)
+    finally:
+        runner.close()
+    assert graph.passes == [1, 6]  # the three waiting requests in one pass, the cancelled one out
+    for rows, answer in zip([rows_of(3), *asks], answers, strict=True):
+        assert np.allclose(answer, graph.embed(rows), atol=1e-6)
+
+
+async def test_a_full_embedding_queue_is_a_429() -> None:
+    graph = HeldGraph()
+    runner = EmbeddingRunner("v", graph, BatchingSettings(max_batch_size=8, max_queue_size=2))
+    try:
+        running = asyncio.ensure_future(runner.embed(rows_of(3)))
+        await asyncio.sleep(0.05)
+        queued = [asyncio.ensure_future(runner.embed(rows_of(2))) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(Overloaded) as refused:
+            await runner.embed(rows_of(2))
+        assert refused.value.status == 429 and refused.value.headers["retry-after"]
+        graph.release.set()
+        await asyncio.gather(running, *queued)
+    finally:
+        runner.close()
