@@ -27,6 +27,8 @@ server's default script. A script is comma-separated directives::
     bad_content        well-formed JSON whose content is a number, not text (the second
                        chunk of a stream)
 
+``POST /v1/embeddings`` answers one vector of 8 floats per input (from a hash of it: the same
+input, the same vector); ``latency``, ``error``, ``corrupt``, ``drop`` and ``close`` apply to it.
 "refuse" is simply a port where nothing listens. ``GET /stats`` counts requests and
 connections (``POST /stats/reset`` zeroes them); ``GET /health`` answers 200. ``GET /metrics``
 answers Prometheus text in vLLM's names (``vllm:num_requests_waiting``, ``..._running``,

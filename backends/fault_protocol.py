@@ -2,13 +2,15 @@
 
 Used by ``backends/fault.py`` (which starts it and documents the directives); one
 ``FaultConnection`` per client connection parses with httptools and writes canned OpenAI JSON or
-SSE straight to the transport, so the fake upstream costs a few microseconds a request.
+SSE straight to the transport, so the fake upstream costs a few microseconds a request
+(embeddings too: a vector per input from a hash of it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import socket
 import time
 from collections import deque
@@ -35,6 +37,8 @@ _SSE_HEAD = (
     b"transfer-encoding: chunked\r\n\r\n"
 )
 _DONE = b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+_EMBEDDINGS = b"/v1/embeddings"
+_ANSWERED = (b"/v1/chat/completions", b"/v1/completions", _EMBEDDINGS)
 
 
 @dataclass(slots=True)
@@ -160,7 +164,7 @@ class FaultConnection(asyncio.Protocol):
         app = self.app
         paths, name = app.stats.paths, req.path.decode()
         paths[name] = paths.get(name, 0) + 1
-        if req.method == b"POST" and req.path in (b"/v1/chat/completions", b"/v1/completions"):
+        if req.method == b"POST" and req.path in _ANSWERED:
             app.stats.requests += 1
             try:
                 payload = orjson.loads(req.body) if req.body else {}
@@ -235,6 +239,8 @@ class FaultConnection(asyncio.Protocol):
             return _response(script.error, body, req.keep_alive, extra=extra)
         if script.corrupt:
             return _response(200, b'{"id": "cmpl-fault", "choices": [{"index": 0, "mess', req.keep_alive)
+        if req.path == _EMBEDDINGS:
+            return _response(200, embeddings_answer(payload, self._usage(req, 0)), req.keep_alive)
         pieces, finish = self._reply_pieces(req, payload, script)
         text = "".join(pieces)
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
@@ -326,3 +332,18 @@ class FaultConnection(asyncio.Protocol):
             self._write(_chunk(b'{"choices": [{"de') + _DONE, req.reuse)
         elif self.transport is not None:
             self.transport.close()  # cut: no [DONE], no terminating chunk
+
+
+def embeddings_answer(payload: dict[str, Any], usage: dict[str, int]) -> bytes:
+    """An OpenAI embeddings list: per input a vector of 8 floats drawn from a hash of the input,
+    normalized, so the same input always gets the same vector."""
+    given = payload.get("input")
+    inputs = [given] if isinstance(given, str) or (given and isinstance(given[0], int)) else given or []
+    data = []
+    for index, one in enumerate(inputs):
+        digest = hashlib.sha256(orjson.dumps(one)).digest()
+        raw = [byte - 127.5 for byte in digest[:8]]
+        norm = sum(value * value for value in raw) ** 0.5 or 1.0
+        data.append({"object": "embedding", "index": index, "embedding": [value / norm for value in raw]})
+    counts = {"prompt_tokens": usage["prompt_tokens"], "total_tokens": usage["prompt_tokens"]}
+    return orjson.dumps({"object": "list", "data": data, "model": payload.get("model"), "usage": counts})

@@ -129,6 +129,21 @@ def test_tokens_per_minute_are_charged_after_each_answer(setup: tuple[Launched, 
     assert statuses[-1] == 429 and 429 in statuses
 
 
+def test_embeddings_are_charged_their_prompt_tokens(setup: tuple[Launched, Path]) -> None:
+    """The fault upstream counts a sixteenth of the body's bytes as prompt tokens: 4 here."""
+    gateway, config = setup
+    key = _create(config, "embedding-limited", "--tpm", "10")
+    headers = {"authorization": f"Bearer {key}"}
+
+    def embed() -> int:
+        body = {"model": "chat", "input": "a short text", "encoding_format": "float"}
+        return httpx.post(f"{gateway.url}/v1/embeddings", json=body, headers=headers, timeout=30).status_code
+
+    eventually(lambda: embed() in (200, 429), timeout=2)
+    statuses = [embed() for _ in range(4)]
+    assert statuses[-1] == 429 and statuses.count(200) <= 2  # 10 tokens a minute: at most 3 in all
+
+
 def test_a_stream_that_ends_early_is_charged_what_it_delivered(setup: tuple[Launched, Path]) -> None:
     """An upstream cut (no usage ever comes) costs its chunks; so does a client hanging up."""
     gateway, config = setup
