@@ -10,7 +10,7 @@ Logprobs (``backends.logprobs``): a request that asks for them gets a
 :class:`ScoredSequence`, whose tokens the worker scores from the logits it sampled from;
 ``echo`` puts the prompt (and its tokens' logprobs, from the same prompt pass) first.
 ``echo`` with ``max_tokens: 0`` only scores the prompt, in one forward pass outside the batcher.
-Embeddings (``/v1/embeddings``) run outside the batcher too, on ``backends.embedded_embeddings``.
+Embeddings (``/v1/embeddings``) have a batcher and thread of their own (``backends.embedded_embeddings``).
 """
 
 from __future__ import annotations
@@ -280,19 +280,18 @@ class EmbeddedBackend:
 
     def _embedding_ids(self, model: GenAIModel, index: int, given: str | tuple[int, ...]) -> np.ndarray:
         """An input's token ids: a text gets BOS first (as vLLM's tokenizer adds it), ids are as sent."""
-        where = "input"
         if isinstance(given, str):
             try:
                 ids = np.concatenate([np.array([model.bos_id], dtype=np.int64), model.encode(given)])
             except ValueError as exc:  # a NUL the tokenizer cannot read, or too many of them
                 code = "context_length_exceeded" if isinstance(exc, PromptTooLong) else "invalid_value"
-                raise ClientError(f"input {index}: {exc}", param=where, code=code) from exc
+                raise ClientError(f"input {index}: {exc}", param="input", code=code) from exc
         else:
             ids = np.asarray(given, dtype=np.int64)
             if ids.size and (ids.min() < 0 or ids.max() >= model.vocab_size):
                 raise ClientError(
                     f"input {index}: token ids must be from 0 to {model.vocab_size - 1}",
-                    param=where,
+                    param="input",
                     code="invalid_value",
                 )
         context = model.context_length
@@ -300,7 +299,7 @@ class EmbeddedBackend:
             raise ClientError(
                 f"This model's maximum context length is {context} tokens. However, input {index} has "
                 f"{len(ids)} tokens. Please reduce the length of the input.",
-                param=where,
+                param="input",
                 code="context_length_exceeded",
             )
         return ids

@@ -53,7 +53,7 @@ from serving.shadow import ShadowTee, resolve
 
 log = logging.getLogger("turnout")
 T = TypeVar("T")
-Request = GenerateRequest | EmbedRequest
+BackendRequest = GenerateRequest | EmbedRequest  # what one call asks a backend
 
 
 class Gateway:
@@ -151,7 +151,7 @@ class Gateway:
     async def _whole(
         self,
         routed: Routed,
-        request: Request,
+        request: BackendRequest,
         endpoint: str,
         call: Callable[[Backend], Awaitable[T]],
         shown: Callable[[T, float], Answer],
@@ -375,9 +375,7 @@ class Gateway:
 
     # -- side effects ------------------------------------------------------------------------
 
-    def _mirror(
-        self, routed: Routed, request: GenerateRequest | EmbedRequest
-    ) -> list[asyncio.Future[Answer]]:
+    def _mirror(self, routed: Routed, request: BackendRequest) -> list[asyncio.Future[Answer]]:
         if not routed.decision.shadows or self.shadows is None:
             return []
         timeouts = {s.variant: s.timeout_s for s in routed.route.spec.shadows}
