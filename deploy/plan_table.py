@@ -88,7 +88,9 @@ def format_table(spec: VariantSpec, rows: Sequence[PlanRow]) -> str:
     cells = [HEADERS, *(_cells(row, spec.accelerator) for row in rows)]
     widths = [max(len(line[i]) for line in cells) for i in range(len(HEADERS))]
     lines = [
-        f"{spec.name} ({spec.id}): {spec.facts().name}, {spec.engine}, dtype {spec.dtype}, "
+        f"{spec.name} ({spec.id}): {spec.facts().name}, {spec.engine}"
+        + (", task embed" if spec.task == "embed" else "")
+        + f", dtype {spec.dtype}, "
         f"quantization {spec.quantization}, kv {spec.kv_cache.dtype}, TP {spec.tensor_parallel} × "
         f"PP {spec.pipeline_parallel}, context {rows[0].context if rows else spec.max_model_len()}",
         "",
@@ -108,6 +110,11 @@ def format_table(spec: VariantSpec, rows: Sequence[PlanRow]) -> str:
         "the context length; prefill: tokens/s roofline (dense FLOPs); $/M out: USD per million output",
         "tokens at max batch.",
     ]
+    if spec.task == "embed":  # an embedding variant generates nothing: its work is the prefill
+        lines += [
+            "task embed: the variant answers /v1/embeddings, one prompt pass per input: read prefill",
+            "(input tokens/s) and $/h; decode and $/M out describe generation, which it does not serve.",
+        ]
     notes = [(row.accelerator, problem) for row in rows for problem in _support_problems(row)]
     if notes:
         lines += ["", "not deployable as written:"]

@@ -22,6 +22,8 @@ an integer is a float; no ``.inf`` / ``.nan``):
     Facts (layers, heads, …) are resolved lazily by ``VariantSpec.facts()``.
 ``engine``: ``vllm`` | ``trtllm`` (``trtllm-serve``) | ``triton-trtllm`` (Triton, TensorRT-LLM
     backend) | ``triton-vllm`` (Triton, vLLM backend) | ``onnxruntime-genai`` (the embedded CPU engine).
+``task``: ``generate`` (default) | ``embed``: an embedding variant (``/v1/embeddings``; vLLM's
+    pooling runner, or the embedded engine, which serves both); other engines are refused.
 ``vendor``: ``nvidia`` | ``amd`` | ``google`` | ``cpu``; must match the accelerator's vendor.
 ``accelerator`` (str): a name from ``deploy.accelerators`` (``h100-80gb``, ``mi300x``, ``tpu-v5e``…).
 ``device_count`` (int ≥ 1, default 1): devices per replica (GPUs, GCDs, TPU chips, CPU sockets);
@@ -86,6 +88,9 @@ ENGINES: tuple[Engine, ...] = ("vllm", "trtllm", "triton-trtllm", "triton-vllm",
 Dtype = Literal["fp32", "fp16", "bf16"]
 Quantization = Literal["none", "fp8", "int8-wa", "awq-int4", "gptq-int4", "ort-int8", "ort-int4"]
 KvDtype = Literal["auto", "fp16", "bf16", "fp8"]
+# What the variant serves: generation (chat, completions, Responses) or embeddings
+# (/v1/embeddings: the normalized last hidden state, vLLM's ``--runner pooling --convert embed``).
+Task = Literal["generate", "embed"]
 
 # Every spec integer reaches an engine or Kubernetes field that is a 32-bit signed integer
 # (Triton's max_batch_size and preferred_batch_size, Kubernetes replicas, vLLM's and TensorRT-LLM's
@@ -230,6 +235,7 @@ class VariantSpec(BaseModel):
     name: Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=63)]  # a DNS label
     model: ModelRef
     engine: Engine
+    task: Task = "generate"
     vendor: Vendor
     accelerator: str
     device_count: _Count = 1

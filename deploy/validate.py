@@ -51,6 +51,9 @@ ORT_PRECISIONS = {"none": "fp32", "ort-int8": "int8", "ort-int4": "int4"}
 ORT_QUANTIZATIONS = tuple(ORT_PRECISIONS)
 GPU_QUANTIZATIONS = ("fp8", "int8-wa", "awq-int4", "gptq-int4")
 BATCHER_ENGINES = ("triton-trtllm", "onnxruntime-genai")  # triton-vllm: vLLM batches by itself
+# Engines whose variants answer /v1/embeddings through Turnout: vLLM's pooling runner (the OpenAI
+# adapter) and the embedded engine. trtllm-serve has no embeddings API, Triton's no OpenAI one.
+EMBEDDING_ENGINES = ("vllm", "onnxruntime-genai")
 # AWQ/GPTQ checkpoints' usual quantization group, when the model's config.json does not say its own
 INT4_GROUP_SIZE = 128
 
@@ -110,6 +113,11 @@ def _engine(spec: VariantSpec, acc: Accelerator) -> list[str]:
             found.append("kv_cache.dtype: onnxruntime-genai keeps the KV cache in dtype (use auto)")
     elif spec.quantization.startswith("ort-"):
         found.append(f"quantization: {spec.quantization} runs only on the onnxruntime-genai engine")
+    if spec.task == "embed" and spec.engine not in EMBEDDING_ENGINES:
+        found.append(
+            f"task: embed is served by {' or '.join(EMBEDDING_ENGINES)}; {spec.engine} serves no "
+            "/v1/embeddings"
+        )
     if spec.engine not in BATCHER_ENGINES:
         if spec.batching.max_queue_delay_us:
             found.append(f"batching.max_queue_delay_us: {spec.engine} batches continuously (no queue delay)")

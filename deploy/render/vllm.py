@@ -8,6 +8,8 @@ the Triton vLLM backend's ``model.json`` are both made from it, and
 ``tests/integration/test_render_real.py`` checks both against vLLM 0.32's own parser and class.
 
 The mapping, stated:
+- ``task: embed`` → ``--runner pooling --convert embed``: the model serves ``/v1/embeddings`` (its
+  normalized last hidden state), the same vectors as the embedded engine's.
 - ``dtype`` → ``--dtype float32|float16|bfloat16``; TP/PP → ``--tensor-/--pipeline-parallel-size``.
 - ``quantization``: fp8 → ``fp8`` (online fp8 from a bf16/fp16 checkpoint); int8-wa →
   ``compressed-tensors`` (a W8A8 checkpoint made with llm-compressor); awq-int4 → ``awq`` and
@@ -54,6 +56,7 @@ def engine_args(spec: VariantSpec, model: str) -> dict[str, Any]:
     args: dict[str, Any] = {
         "model": model,
         "served_model_name": spec.served_name,
+        **({"runner": "pooling", "convert": "embed"} if spec.task == "embed" else {}),
         "dtype": VLLM_DTYPES[spec.dtype],
         "tensor_parallel_size": spec.tensor_parallel,
         "pipeline_parallel_size": spec.pipeline_parallel,

@@ -49,7 +49,8 @@ from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
 import vllm.envs
 FIELDS = ("model", "served_model_name", "dtype", "tensor_parallel_size", "pipeline_parallel_size",
           "max_model_len", "block_size", "gpu_memory_utilization", "quantization", "kv_cache_dtype",
-          "enable_prefix_caching", "max_num_seqs", "max_num_batched_tokens", "enforce_eager", "host", "port")
+          "enable_prefix_caching", "max_num_seqs", "max_num_batched_tokens", "enforce_eager", "host", "port",
+          "runner", "convert")
 KNOWN_ENV = set(vllm.envs.environment_variables)
 results = {}
 for case in json.load(sys.stdin):
@@ -73,6 +74,7 @@ for case in json.load(sys.stdin):
             config = engine.create_engine_config()
             out["engine_config"] = [config.model_config.max_model_len, config.cache_config.block_size,
                                     config.scheduler_config.max_num_seqs, str(config.model_config.dtype)]
+            out["runner_type"] = config.model_config.runner_type
         results[case["name"]] = {"ok": True, **out}
     except BaseException as exc:
         results[case["name"]] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -151,6 +153,8 @@ def test_vllm_parses_the_rendered_args(vllm_results: dict[str, Any], name: str) 
         assert got["capture_sizes"] == (list(spec.cuda_graphs.capture_sizes) or None)
         assert (got["kv_cache_dtype"] == "fp8") is (spec.kv_cache.dtype == "fp8")
         assert got["port"] == 8000
+        embeds = spec.task == "embed"  # vLLM's pooling runner, the model converted to embed
+        assert (got["runner"], got["convert"]) == (("pooling", "embed") if embeds else ("auto", "auto"))
     if spec.model.path is not None:  # a real model folder: vLLM builds its whole engine config
         expected = [
             spec.max_model_len(),
@@ -159,6 +163,7 @@ def test_vllm_parses_the_rendered_args(vllm_results: dict[str, Any], name: str) 
             "torch.float32",
         ]
         assert vllm_results[name]["engine_config"] == expected
+        assert vllm_results[name]["runner_type"] == ("pooling" if spec.task == "embed" else "generate")
 
 
 def test_vllm_backend_model_json_builds_async_engine_args(vllm_results: dict[str, Any]) -> None:

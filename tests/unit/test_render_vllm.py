@@ -198,3 +198,9 @@ def test_run_script_passes_exactly_the_rendered_args(tmp_path: Path) -> None:
         "--port",
         "9001",
     ]
+
+
+def test_an_embedding_variant_runs_vllms_pooling_runner_converted_to_embed() -> None:
+    words = pairs(server_args(spec(task="embed")))
+    assert words["--runner"] == "pooling" and words["--convert"] == "embed"
+    assert "--runner" not in pairs(server_args(spec())) and "--convert" not in pairs(server_args(spec()))

@@ -218,3 +218,19 @@ def test_int4_shards_under_tensor_parallelism_are_whole_groups() -> None:
     assert [p for p in problems(tp8, by_64) if "not whole awq-int4 groups of 64" in p]
     # Unquantized weights split anywhere the heads allow.
     assert not [p for p in problems(spec(tensor_parallel=8, device_count=8), released) if "shards" in p]
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "triton-trtllm", "triton-vllm"])
+def test_an_embedding_variant_needs_an_engine_that_serves_embeddings(engine: str) -> None:
+    found = problems(spec(engine=engine, task="embed"))
+    assert "serves no /v1/embeddings" in only(found, "task") and "vllm or onnxruntime-genai" in only(
+        found, "task"
+    )
+    assert not [p for p in problems(spec(task="embed")) if p.startswith("task: ")]
+
+
+def test_task_generate_is_the_default_and_keeps_a_specs_id() -> None:
+    assert spec().task == "generate" and spec(task="generate").id == spec().id
+    assert spec(task="embed").id != spec().id  # another configuration, another variant
+    with pytest.raises(SpecError, match="task"):
+        spec(task="rerank")
