@@ -3,7 +3,8 @@
 Reads and validates the body (size limit, JSON, OpenAI wire model), asks the gateway to
 choose a variant and run the request, and writes the OpenAI response object or the SSE
 stream. A Responses API request is read as a chat request (``serving.responses_protocol``)
-and its answer shaped by ``serving.responses_output``. The generation endpoints are plain
+and its answer shaped by ``serving.responses_output``; whole chat and completions answers are
+written by ``serving.api.answer_bodies``. The generation endpoints are plain
 ASGI apps (no FastAPI body machinery, no Starlette Request) because this is the hot path of
 every request.
 """
@@ -25,8 +26,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from backends.base import Chunk, Completion, GenerateRequest, Usage
+from backends.base import Chunk, Completion, GenerateRequest
 from serving import sse
+from serving.api.answer_bodies import chat_body, completion_body
 from serving.api.errors import client_request_id, error_response
 from serving.api.state import AppState
 from serving.api.wire_errors import parse_wire
@@ -130,72 +132,6 @@ _new_request_id = _RequestIds()
 def request_id(sent: str | None) -> str:
     """The client's ``x-request-id`` when it is fit to echo (``client_request_id``), else a new one."""
     return client_request_id(sent) or _new_request_id()
-
-
-def chat_body(
-    rid: str,
-    model: str,
-    created: int,
-    text: str,
-    finish: str,
-    usage: dict[str, Any],
-    logprobs: dict[str, Any] | None = None,
-    message_extra: dict[str, Any] | None = None,
-    stop_reason: str | int | None = None,
-    choice_extra: dict[str, Any] | None = None,
-    response_extra: dict[str, Any] | None = None,
-) -> bytes:
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
-    if stop_reason is not None:  # vLLM's: the stop sequence or stop token that ended it
-        choice["stop_reason"] = stop_reason
-    if choice_extra:  # an upstream's own (vLLM's token_ids…): what the gateway writes wins
-        choice = {**choice_extra, **choice}
-    if message_extra:
-        message.update(message_extra)
-        if not text and "tool_calls" in message_extra:  # as OpenAI and vLLM send a bare tool call
-            message["content"] = None
-    return orjson.dumps(
-        {
-            **(response_extra or {}),  # an upstream's own (system_fingerprint, prompt_logprobs…)
-            "id": f"chatcmpl-{rid}",
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [choice],
-            "usage": usage,
-        }
-    )
-
-
-def completion_body(rid: str, model: str, created: int, results: list[Completion]) -> bytes:
-    """One choice per prompt, in the prompts' order; usage summed over them."""
-    usage = Usage()
-    choices = []
-    for index, result in enumerate(results):
-        usage.add(result.usage)
-        choice = {
-            "index": index,
-            "text": result.text,
-            "logprobs": result.logprobs,
-            "finish_reason": result.finish_reason,
-        }
-        if result.stop_reason is not None:
-            choice["stop_reason"] = result.stop_reason
-        if result.choice_extra:  # an upstream's own (vLLM's prompt_logprobs, token_ids…)
-            choice = {**result.choice_extra, **choice}
-        choices.append(choice)
-    return orjson.dumps(
-        {
-            **(results[0].response_extra or {} if results else {}),  # an upstream's own (system_fingerprint…)
-            "id": f"cmpl-{rid}",
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": choices,
-            "usage": usage.as_dict(),
-        }
-    )
 
 
 async def _sse_events(

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from serving.api.openai_routes import chat_body
+from serving.api.answer_bodies import chat_body
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
 
