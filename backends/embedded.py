@@ -134,17 +134,9 @@ class EmbeddedBackend:
             if self._template is None:
                 raise ClientError("this model has no chat template; use /v1/completions", param="messages")
             return model.encode(self._template.render(request.messages or []))
-        if request.prompt_ids is not None:
-            ids = request.prompt_ids
-            if not ids or min(ids) < 0 or max(ids) >= model.vocab_size:
-                raise ClientError(
-                    f"a token-id prompt needs at least one id, each from 0 to {model.vocab_size - 1}",
-                    param="prompt",
-                    code="invalid_value",
-                )
-            return np.asarray(ids, dtype=np.int32)
-        prompt = model.encode(request.prompt or "")
-        return np.concatenate([np.array([model.bos_id], dtype=np.int32), prompt])
+        return model.prompt_ids(
+            request.prompt_ids if request.prompt_ids is not None else request.prompt or ""
+        )
 
     def _max_new_tokens(self, request: GenerateRequest, prompt_tokens: int) -> int:
         context = self._loaded().context_length
@@ -280,20 +272,11 @@ class EmbeddedBackend:
 
     def _embedding_ids(self, model: GenAIModel, index: int, given: str | tuple[int, ...]) -> np.ndarray:
         """An input's token ids: a text gets BOS first (as vLLM's tokenizer adds it), ids are as sent."""
-        if isinstance(given, str):
-            try:
-                ids = np.concatenate([np.array([model.bos_id], dtype=np.int64), model.encode(given)])
-            except ValueError as exc:  # a NUL the tokenizer cannot read, or too many of them
-                code = "context_length_exceeded" if isinstance(exc, PromptTooLong) else "invalid_value"
-                raise ClientError(f"input {index}: {exc}", param="input", code=code) from exc
-        else:
-            ids = np.asarray(given, dtype=np.int64)
-            if ids.size and (ids.min() < 0 or ids.max() >= model.vocab_size):
-                raise ClientError(
-                    f"input {index}: token ids must be from 0 to {model.vocab_size - 1}",
-                    param="input",
-                    code="invalid_value",
-                )
+        try:
+            ids = model.prompt_ids(given)
+        except ValueError as exc:  # ids outside the vocabulary, a NUL the tokenizer cannot read…
+            code = "context_length_exceeded" if isinstance(exc, PromptTooLong) else "invalid_value"
+            raise ClientError(f"input {index}: {exc}", param="input", code=code) from exc
         context = model.context_length
         if len(ids) > context:
             raise ClientError(

@@ -52,7 +52,7 @@ class EmbeddingGraph:
         self._session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
         self._past = [i.name for i in self._session.get_inputs() if i.name.startswith("past_key_values.")]
 
-    def embed(self, rows: list[NDArray[np.int64]]) -> NDArray[np.float32]:
+    def embed(self, rows: list[NDArray[np.integer]]) -> NDArray[np.float32]:
         """One normalized vector per row of token ids, in the rows' order."""
         out = np.empty((len(rows), self.dimensions), dtype=np.float32)
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
@@ -62,7 +62,7 @@ class EmbeddingGraph:
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), np.float32(1e-12))
         return out
 
-    def _last_hidden(self, rows: list[NDArray[np.int64]]) -> NDArray[np.float32]:
+    def _last_hidden(self, rows: list[NDArray[np.integer]]) -> NDArray[np.float32]:
         lengths = np.array([len(row) for row in rows])
         ids = np.zeros((len(rows), int(lengths.max())), dtype=np.int64)  # right padding
         for i, row in enumerate(rows):
@@ -81,7 +81,7 @@ class EmbeddingGraph:
 class EmbeddingJob:
     """One request's rows, waiting in the variant's embedding batcher (a ``BatchJob``)."""
 
-    rows: list[NDArray[np.int64]]
+    rows: list[NDArray[np.integer]]
     loop: asyncio.AbstractEventLoop
     done: asyncio.Future[NDArray[np.float32]]
     enqueued_at: float = 0.0
@@ -131,7 +131,7 @@ class EmbeddingRunner:
             job.succeed(vectors[start : start + len(job.rows)])
             start += len(job.rows)
 
-    async def embed(self, rows: list[NDArray[np.int64]]) -> NDArray[np.float32]:
+    async def embed(self, rows: list[NDArray[np.integer]]) -> NDArray[np.float32]:
         loop = asyncio.get_running_loop()
         job = EmbeddingJob(rows, loop, loop.create_future())
         self._batcher.submit(job)  # a full queue: Overloaded (429)

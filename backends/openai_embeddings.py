@@ -3,7 +3,7 @@
 Pure helpers under ``OpenAIHttpBackend.embed`` (``backends/openai_http.py``), on the way to
 vLLM (``--runner pooling``), another Turnout, or any OpenAI-compatible server. Vectors are
 always asked for as floats (every such server speaks them) and come back as one float32
-matrix, which ``serving.embeddings`` writes in the format the client asked for.
+matrix, which ``serving.embeddings_protocol`` writes in the format the client asked for.
 """
 
 from __future__ import annotations

@@ -219,6 +219,16 @@ class GenAIModel:
         pieces = self._token_text.pieces if self._token_text is not None else ()
         self._nul_id = next((i for i, piece in enumerate(pieces) if piece == b"\x00"), None)
 
+    def prompt_ids(self, given: str | list[int] | tuple[int, ...]) -> np.ndarray:
+        """The ids the model reads for a prompt (a completion's, an embedding input's): a text gets
+        BOS first; token ids are taken as sent (no BOS, as vLLM takes them), each checked against
+        the vocabulary. ValueError (:class:`PromptTooLong` among them) when it cannot be read."""
+        if isinstance(given, str):
+            return np.concatenate([np.array([self.bos_id], dtype=np.int32), self.encode(given)])
+        if not given or min(given) < 0 or max(given) >= self.vocab_size:
+            raise ValueError(f"token ids need at least one id, each from 0 to {self.vocab_size - 1}")
+        return np.asarray(given, dtype=np.int32)
+
     def encode(self, text: str) -> np.ndarray:
         """The token ids of ``text`` (no BOS). A NUL character is its own byte token between the
         encoded parts around it, as a byte-level BPE with no merge across it reads the text

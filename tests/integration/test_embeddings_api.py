@@ -120,7 +120,7 @@ def test_quantized_variants_embed_close_to_fp32_but_not_equal(client: openai.Ope
         ({"input": ""}, 400, "input", "must not be an empty text"),
         ({"input": "x", "dimensions": 8}, 400, "dimensions", "leave dimensions unset or 128"),
         ({"input": "7" * 600}, 400, "input", "maximum context length is 512 tokens"),
-        ({"input": [[1, 512]]}, 400, "input", "token ids must be from 0 to 511"),
+        ({"input": [[1, 512]]}, 400, "input", "input 0: token ids need at least one id, each from 0 to 511"),
         ({"input": {"text": "x"}}, 400, "input", "got an object"),
         ({"input": "x", "truncate_prompt_tokens": 3}, 400, "truncate_prompt_tokens", "Unrecognized"),
         ({"input": "x", "model": "turnout-tiny-fp64"}, 404, "model", "did you mean 'turnout-tiny"),
