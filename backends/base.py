@@ -176,6 +176,10 @@ class BackendInfo:
     # request with several prompts keeps at most this many in flight, so it never fills the
     # queue by itself and gets a 429 no retry could cure. None: no such bound.
     queue_size: int | None = None
+    # The one task the variant serves, where its settings say (an OpenAI-compatible upstream's
+    # ``task``): "generate" or "embed"; the other gets a 400 (:func:`generator`,
+    # :func:`embedder`). None: whatever the adapter implements.
+    task: str | None = None
 
 
 @runtime_checkable
@@ -232,12 +236,26 @@ class Embedder(Protocol):
 
 def embedder(backend: Backend, variant: str) -> Embedder:
     """``backend`` as an :class:`Embedder`, or the 400 saying its variant serves no embeddings."""
-    if isinstance(backend, Embedder):
-        return backend
     info = backend.info
+    if isinstance(backend, Embedder) and info.task != "generate":
+        return backend
+    why = "its task is generate" if info.task == "generate" else f"{info.kind}, {info.engine}"
     raise ClientError(
-        f"variant '{variant}' ({info.kind}, {info.engine}) does not serve embeddings; route "
-        "/v1/embeddings to an embedded variant or an OpenAI-compatible upstream serving an embedding model",
+        f"variant '{variant}' ({why}) does not serve embeddings; route /v1/embeddings to an "
+        "embedded variant or an OpenAI-compatible upstream serving an embedding model",
+        param="model",
+        code="model_not_supported",
+    )
+
+
+def generator(backend: Backend, variant: str) -> Backend:
+    """``backend``, or the 400 saying its variant serves embeddings only (``task: embed``: vLLM's
+    pooling runner answers no chat or completions; asked anyway, it said only 404)."""
+    if backend.info.task != "embed":
+        return backend
+    raise ClientError(
+        f"variant '{variant}' serves embeddings only (task: embed): send its requests to "
+        "/v1/embeddings, or route this model to a generating variant",
         param="model",
         code="model_not_supported",
     )

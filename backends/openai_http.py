@@ -123,7 +123,7 @@ class UpstreamOverloaded(Overloaded):
 
 
 # Upstream 4xx that are the gateway's doing, and the variant setting each points to.
-_VARIANT_MISCONFIGURED = {401: "api_key", 403: "api_key", 404: "model and base_url", 405: "base_url"}
+_VARIANT_MISCONFIGURED = {401: "api_key", 403: "api_key", 404: "model, base_url and task", 405: "base_url"}
 
 
 def status_error(name: str, status: int, body: bytes, retry_after: str | None) -> TurnoutError:
@@ -261,6 +261,7 @@ class OpenAIHttpBackend:
             engine=settings.engine,
             vendor=settings.vendor,
             accelerator=settings.accelerator,
+            task=settings.task,
         )
         self._paths = {"chat": "/chat/completions", "completion": "/completions"}
         self._headers = dict(UPSTREAM_HEADERS)

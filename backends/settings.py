@@ -96,6 +96,10 @@ class OpenAIHttpSettings(StrictModel):
     vendor: Vendor = "nvidia"
     accelerator: str = "unknown"
     api_key: str | None = None
+    # What the upstream serves, where it serves one thing (vLLM serves either, by its runner):
+    # generate (chat, completions, responses) or embed (embeddings); the other is refused with
+    # a 400 before anything is sent. None: whatever it answers (another Turnout, a provider).
+    task: Literal["generate", "embed"] | None = None
     timeouts: TimeoutSettings = TimeoutSettings()
     max_connections: Annotated[int, Field(ge=1)] = 256  # per replica
     replicas: tuple[HttpUrl, ...] = ()

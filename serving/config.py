@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -25,7 +26,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from backends.settings import EmbeddedSettings, VariantSettings
+from backends.settings import EmbeddedSettings, OpenAIHttpSettings, VariantSettings
 from deploy import strict_yaml
 from deploy.field_errors import plain_reason
 from serving.cli_types import LogLevel
@@ -198,7 +199,11 @@ class GatewayConfig(BaseModel):
 
     @model_validator(mode="after")
     def _routes_name_known_variants(self) -> GatewayConfig:
-        found = _route_problems(self.routes, frozenset(self.variants))
+        tasks = {
+            name: settings.task if isinstance(settings, OpenAIHttpSettings) else None
+            for name, settings in self.variants.items()
+        }
+        found = _route_problems(self.routes, frozenset(self.variants), tasks)
         if found:
             raise ValueError("\n  ".join(found))
         return self
@@ -255,10 +260,14 @@ def _route_problems_besides(exc: ValidationError, data: object) -> list[str]:
     return _route_problems(parsed, known)
 
 
-def _route_problems(routes: dict[Any, RouteSpec], known: frozenset[str]) -> list[str]:
+def _route_problems(
+    routes: dict[Any, RouteSpec], known: frozenset[str], tasks: Mapping[str, str | None] | None = None
+) -> list[str]:
     """Every route's every problem, one line each, so one start-up names them all."""
     return [
-        f"routes.{name}.{problem}" for name, spec in routes.items() for problem in write_problems(spec, known)
+        f"routes.{name}.{problem}"
+        for name, spec in routes.items()
+        for problem in write_problems(spec, known, tasks)
     ]
 
 

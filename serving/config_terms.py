@@ -19,6 +19,8 @@ CONFIG_TERMS: dict[str, str] = {
     "master_key": "LiteLLM's master_key is an admin token here: $TURNOUT_ADMIN_TOKEN "
     "(auth.admin_token_env), or `turnout keys create NAME --role admin`",
     "general_settings": "LiteLLM's general_settings are 'server' and 'auth' here",
+    "model_info": "LiteLLM's model_info.mode is a variant's 'task' here (task: embed for an "
+    "embedding model, task: generate for a chat one; unset: both)",
     "router_settings": "LiteLLM's router_settings are each route's own keys here (targets with "
     "weights, fallbacks, retries)",
     # Triton's dynamic batcher and vLLM's flags, for an embedded variant's batching

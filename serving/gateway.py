@@ -30,6 +30,7 @@ from backends.base import (
     GenerateRequest,
     Usage,
     embedder,
+    generator,
 )
 from serving.config import GatewayConfig
 from serving.errors import (
@@ -130,7 +131,7 @@ class Gateway:
 
     async def complete(self, routed: Routed, request: GenerateRequest, endpoint: str) -> Completion:
         def call(backend: Backend) -> Awaitable[Completion]:
-            return backend.complete(request)
+            return generator(backend, routed.served_by).complete(request)
 
         result, variant, started = await self._whole(routed, request, endpoint, call, completion_answer)
         self._observe(routed, variant, endpoint, 200, started, None, result.usage)
@@ -186,7 +187,7 @@ class Gateway:
         started = self._clock()
 
         async def first_chunk(backend: Backend) -> tuple[Chunk, AsyncIterator[Chunk]]:
-            upstream = backend.stream(request)
+            upstream = generator(backend, routed.served_by).stream(request)
             try:
                 first = await upstream.__anext__()
             except StopAsyncIteration:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from backends.base import Backend, EmbedRequest, GenerateRequest, embedder
+from backends.base import Backend, EmbedRequest, GenerateRequest, embedder, generator
 from serving.errors import TurnoutError
 from serving.metrics import GatewayMetrics
 from serving.routing.answer_text import completion_answer, embeddings_answer
@@ -120,10 +120,12 @@ class ShadowTee:
 
     async def _call(self, shadow: str, request: GenerateRequest | EmbedRequest, started: float) -> Answer:
         backend = self._backends[shadow]
-        if isinstance(request, EmbedRequest):  # a variant that cannot embed: a 400, an error here
+        # A variant that cannot do the request's task (embed, or generate): a 400, an error here.
+        if isinstance(request, EmbedRequest):
             embedded = await embedder(backend, shadow).embed(request)
             return embeddings_answer(embedded, self._clock() - started)
-        return completion_answer(await backend.complete(request), self._clock() - started)
+        completion = await generator(backend, shadow).complete(request)
+        return completion_answer(completion, self._clock() - started)
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -135,6 +135,7 @@ def _openai_http(spec: VariantSpec, entry: SpecVariant, preset: str) -> OpenAIHt
         "model": spec.served_name,
         "vendor": spec.vendor,
         "accelerator": spec.accelerator,
+        "task": spec.task,  # vLLM's runner serves one: generation or embeddings
     }
     return OpenAIHttpSettings.model_validate(data)
 

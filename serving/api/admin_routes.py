@@ -74,15 +74,17 @@ async def _body(request: Request, state: AppState) -> dict[str, Any]:
     return data
 
 
-def _parse_spec(data: object, known: frozenset[str], aliases: dict[str, str]) -> RouteSpec:
+def _parse_spec(data: object, state: AppState) -> RouteSpec:
     """Validate a route spec from the body; spec-declared variants may be named by spec name."""
+    backends = state.gateway.backends
+    known, aliases = frozenset(backends), state.variant_aliases
     try:
         spec = RouteSpec.model_validate(data).renamed(aliases)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in ("spec", *error["loc"]))
         raise Unprocessable(f"{where}: {field_message(error)}", param=where) from None
-    found = write_problems(spec, known)
+    found = write_problems(spec, known, {name: backend.info.task for name, backend in backends.items()})
     if found:
         raise Unprocessable("spec." + "; spec.".join(found), param="spec")
     return spec
@@ -111,7 +113,7 @@ async def put_route(request: Request) -> Response:
     body = await _body(request, state)
     if "spec" not in body:
         raise Unprocessable('The body must be {"spec": {...}, "reason": "..."}', param="spec")
-    spec = _parse_spec(body["spec"], frozenset(state.gateway.backends), state.variant_aliases)
+    spec = _parse_spec(body["spec"], state)
     reason = str(body.get("reason") or "")
     stored = await asyncio.to_thread(
         state.store.put, name, spec, expected_version=expected, author=author, reason=reason
@@ -139,10 +141,9 @@ async def rollback_route(request: Request) -> Response:
     # (true is no version; past 2**63 no store can hold one)
     if to_version is not None and (type(to_version) is not int or not 1 <= to_version < 2**63):
         raise ClientError("to_version must be a positive integer", param="to_version")
-    known, aliases = frozenset(state.gateway.backends), state.variant_aliases
 
     def servable(spec: RouteSpec) -> None:  # the version restored, default or named, must serve here
-        _parse_spec(spec.model_dump(mode="json"), known, aliases)
+        _parse_spec(spec.model_dump(mode="json"), state)
 
     reason = body.get("reason")
     stored = await asyncio.to_thread(

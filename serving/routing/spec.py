@@ -268,14 +268,21 @@ def describe_split(targets: list[WeightedTarget]) -> str:
     return ", ".join(f"{t.variant} {t.weight:g}" for t in targets)
 
 
-def write_problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list[str]:
+def write_problems(
+    spec: RouteSpec,
+    known_variants: set[str] | frozenset[str],
+    tasks: Mapping[str, str | None] | None = None,
+) -> list[str]:
     """What is wrong with ``spec`` as a new version (empty when it may be written): what
     :func:`problems` finds, and rules that came after versions breaking them were stored.
+    ``tasks``: each variant's one task where it has one (an upstream's ``task``), so a route
+    does not split, fall back or mirror between an embedding model and a generating one.
 
     Checked where a spec is written (a config file, the admin API, a rollback's target); stored
     versions are read and served with :func:`problems` alone, so a store an older release wrote
     opens and serves as it did."""
     found = problems(spec, known_variants)
+    found += task_problems(spec, tasks or {})
     if not math.isfinite(sum(t.weight for t in spec.targets)):  # each is finite; every draw would land last
         found.append("targets: the weights must sum to a finite number (they are relative: use small ones)")
     if spec.canary is not None:
@@ -315,3 +322,19 @@ def problems(spec: RouteSpec, known_variants: set[str] | frozenset[str]) -> list
     if gate is not None and gate.dataset not in SHIPPED_EVAL_DATASETS and not Path(gate.dataset).is_file():
         found.append(f"canary.eval_gate.dataset: no such file '{gate.dataset}' on this gateway")
     return found
+
+
+def task_problems(spec: RouteSpec, tasks: Mapping[str, str | None]) -> list[str]:
+    """A route whose variants serve different tasks (``task: embed`` beside ``task: generate``):
+    half its requests, or every fallback and shadow copy, would be refused with a 400."""
+    serving: dict[str, list[str]] = {}
+    for variant in sorted(spec.variants()):
+        task = tasks.get(variant)
+        if task is not None:
+            serving.setdefault(task, []).append(variant)
+    if len(serving) < 2:
+        return []
+    said = " and ".join(f"{', '.join(names)} (task: {task})" for task, names in sorted(serving.items()))
+    return [
+        f"variants: {said} are on one route; its targets, fallbacks, shadows and canary must serve one task"
+    ]

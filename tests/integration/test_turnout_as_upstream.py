@@ -112,7 +112,7 @@ def test_a_route_whose_upstream_lacks_its_model_is_a_502_not_a_404(relay_url: st
     reply = httpx.post(f"{relay_url}/v1/completions", json={"model": "broken", "prompt": "1"})
     assert reply.status_code == 502
     message = reply.json()["error"]["message"]
-    assert "answered 404" in message and "check the variant's model and base_url" in message
+    assert "answered 404" in message and "check the variant's model, base_url and task" in message
 
 
 def test_upstream_unknown_field_passes_through_and_is_refused_there(relay_url: str) -> None:

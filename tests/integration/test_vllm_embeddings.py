@@ -41,9 +41,14 @@ def gateway(vllm_embed: VllmServer, tmp_path_factory: pytest.TempPathFactory) ->
     variant = {"kind": "openai_http", "base_url": vllm_embed.base_url, "model": MODEL, "engine": "vllm"}
     config = write_config(
         tmp_path_factory.mktemp("vllm-embed") / "gateway.yaml",
-        {"embed-vllm": variant, "embed-local": {"kind": "embedded", "precision": "fp32"}},
+        {
+            "embed-vllm": {**variant, "task": "embed"},
+            "untyped-vllm": variant,  # the same server, its task not said
+            "embed-local": {"kind": "embedded", "precision": "fp32"},
+        },
         {
             "embed": {"targets": [{"variant": "embed-vllm"}]},
+            "untyped": {"targets": [{"variant": "untyped-vllm"}]},
             "embed-local": {"targets": [{"variant": "embed-local"}]},
         },
     )
@@ -80,3 +85,24 @@ def test_vllms_own_fields_reach_it_and_its_refusals_come_back(gateway: Launched)
     assert refused.status_code == 400
     assert "Matryoshka" in refused.json()["error"]["message"]
     assert refused.headers["x-turnout-variant"] == "embed-vllm"
+
+
+def test_chat_asked_of_the_embedding_server_is_a_400_with_its_task_and_a_502_hinting_at_it_without(
+    gateway: Launched,
+) -> None:
+    """vLLM's pooling runner answers chat with a bare 404. With ``task: embed`` the gateway
+    refuses it first (the client's mistake: a 400 saying where to send it); without, the 404
+    is the variant's misconfiguration to the gateway (a 502) whose hint names the task."""
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    typed = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "embed", **chat}, timeout=60)
+    assert typed.status_code == 400
+    assert typed.json()["error"]["code"] == "model_not_supported"
+    assert "serves embeddings only (task: embed)" in typed.json()["error"]["message"]
+    untyped = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "untyped", **chat}, timeout=60)
+    assert untyped.status_code == 502
+    assert "answered 404" in untyped.json()["error"]["message"]
+    assert "check the variant's model, base_url and task" in untyped.json()["error"]["message"]
+    embedded = httpx.post(
+        f"{gateway.url}/v1/embeddings", json={"model": "untyped", "input": "hi"}, timeout=60
+    )
+    assert embedded.status_code == 200  # without a task, embeddings go through as before

@@ -102,6 +102,11 @@ def test_default_config_serves_three_precisions() -> None:
             ),
             "routes.tiny.canary: a canary moves traffic from one stable variant, but the targets split it",
         ),
+        (GOOD.replace("vendor: amd", "vendor: amd\n    task: chat"), "variants.remote.task: Input should be"),
+        (
+            GOOD.replace("vendor: amd", "vendor: amd\n    model_info: {mode: embedding}"),
+            "variants.remote.model_info: unknown key; LiteLLM's model_info.mode is a variant's 'task' here",
+        ),
         (
             GOOD.replace("precision: int8", "model_dir: /nonexistent/dir"),
             "variants.local.model_dir: /nonexistent/dir holds no genai_config.json",
@@ -115,6 +120,18 @@ def test_invalid_config_names_file_and_field(tmp_path: Path, text: str, expected
     message = str(caught.value)
     assert str(path) in message
     assert expected in message
+
+
+def test_a_route_may_not_mix_an_embedding_upstream_with_a_generating_one(tmp_path: Path) -> None:
+    embedding = GOOD.replace("vendor: amd", "vendor: amd\n    task: embed")
+    remote = load_config(write(tmp_path, embedding)).variants["remote"]
+    assert isinstance(remote, OpenAIHttpSettings) and remote.task == "embed"
+    chat = "  chat: {kind: openai_http, base_url: 'http://127.0.0.1:8002/v1', model: m, task: generate}\n"
+    mixed = embedding.replace("routes:", chat + "routes:").replace("{variant: local}, ", "{variant: chat}, ")
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, mixed))
+    said = "routes.tiny.variants: remote (task: embed) and chat (task: generate) are on one route"
+    assert said in str(caught.value)
 
 
 def test_a_key_given_twice_is_refused_with_both_places(tmp_path: Path) -> None:

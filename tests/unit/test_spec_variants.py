@@ -130,3 +130,23 @@ def test_renamed_rewrites_every_variant_reference() -> None:
     assert [s.variant for s in renamed.shadows] == ["id-s"] and renamed.fallbacks == ["id-f", "keep"]
     assert renamed.canary is not None and (renamed.canary.stable, renamed.canary.canary) == ("id-a", "id-c")
     assert spec.renamed({}) is spec and spec.renamed({"other": "x"}) is spec
+
+
+def test_a_specs_task_is_its_variants_and_a_route_may_not_mix_tasks(tmp_path: Path) -> None:
+    embedder = _spec_file(tmp_path, H100_SPEC, name="llama3-8b-embed", task="embed")
+    specs = [
+        {"spec": str(H100_SPEC), "base_url": "http://10.0.0.7:8000/v1"},
+        {"spec": embedder.name, "base_url": "http://10.0.0.9:8000/v1"},
+    ]
+    routes = {"vectors": {"targets": [{"variant": "llama3-8b-embed"}]}}
+    config = load_config(_config(tmp_path, specs, routes))
+    embedding = config.variants[load_spec(embedder).id]
+    generating = config.variants[load_spec(H100_SPEC).id]
+    assert isinstance(embedding, OpenAIHttpSettings) and embedding.task == "embed"
+    assert isinstance(generating, OpenAIHttpSettings) and generating.task == "generate"  # the default
+    mixed = {"chat": {"targets": [{"variant": "llama3-8b-h100-fp8kv"}], "fallbacks": ["llama3-8b-embed"]}}
+    with pytest.raises(ConfigError) as refused:
+        load_config(_config(tmp_path, specs, mixed))
+    said = str(refused.value)
+    assert "routes.chat.variants: " in said
+    assert "(task: embed) and " in said and "(task: generate) are on one route" in said
