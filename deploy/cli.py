@@ -89,7 +89,8 @@ def _plan(args: argparse.Namespace) -> int:
         from deploy.plan_chart import ChartUnavailable, write_chart
 
         try:
-            write_chart(rows, args.png, f"{spec.name}: {spec.facts().name} at {rows[0].context} tokens")
+            title = f"{spec.name}: {spec.facts().name} at {rows[0].context} tokens"
+            write_chart(rows, args.png, title, spec.task)
         except ChartUnavailable as exc:
             return _fail(str(exc))
         print(f"chart: {args.png}", file=sys.stderr)

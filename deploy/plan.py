@@ -33,7 +33,9 @@ Bytes are bytes; ``*_gib`` values are GiB (2**30 bytes). The model, stated:
 - Not modelled: interconnect time (tensor-parallel all-reduces; on PCIe-only devices such as the
   L40S real TP decode falls well short of the bound), kernel efficiency, scheduling and sampling.
 - Cost per million output tokens: device_count × price per device-hour / (decode tokens/s at max
-  batch × 3600) × 1e6, per replica (replicas scale cost and throughput alike).
+  batch × 3600) × 1e6, per replica (replicas scale cost and throughput alike); per million input
+  tokens alike over the prefill roofline (providers price the two apart; an embedding variant's
+  whole work is input).
 """
 
 from __future__ import annotations
@@ -266,6 +268,7 @@ class PlanRow(BaseModel):
     prefill_tok_s: float | None
     usd_per_hour: float
     usd_per_m_output_tokens: float | None
+    usd_per_m_input_tokens: float | None  # at the prefill roofline
     needed_gib_per_device: float
     available_gib_per_device: float
     problems: tuple[str, ...] = ()  # filled by deploy.plan_table (validation on this accelerator)
@@ -283,6 +286,7 @@ def plan_row(spec: VariantSpec, facts: ModelFacts, accelerator: Accelerator, con
     flops = accelerator.flops(compute_precision(spec, accelerator))
     devices = spec.device_count
     price = devices * accelerator.price_per_hour_usd
+    prefill = None if flops is None else prefill_tokens_per_s(facts, context, flops * devices)
     return PlanRow(
         accelerator=accelerator.name,
         device_count=devices,
@@ -295,9 +299,12 @@ def plan_row(spec: VariantSpec, facts: ModelFacts, accelerator: Accelerator, con
         max_seqs=batch,
         decode_tok_s_single=single if fitting else 0.0,
         decode_tok_s_max_batch=at_max,
-        prefill_tok_s=None if flops is None else prefill_tokens_per_s(facts, context, flops * devices),
+        prefill_tok_s=prefill,
         usd_per_hour=price,
         usd_per_m_output_tokens=cost_per_million_tokens(devices, accelerator.price_per_hour_usd, at_max),
+        usd_per_m_input_tokens=None
+        if prefill is None
+        else cost_per_million_tokens(devices, accelerator.price_per_hour_usd, prefill),
         needed_gib_per_device=budget.needed / GIB,
         available_gib_per_device=budget.available / GIB,
     )

@@ -58,7 +58,7 @@ def _support_problems(row: PlanRow) -> list[str]:
 
 HEADERS = (
     "accelerator", "dev", "supported", "fits", "need/avail GiB", "weights/dev", "KV/token", "KV tokens",
-    "seqs@ctx", "decode 1", "decode max", "prefill", "$/h", "$/M out",
+    "seqs@ctx", "decode 1", "decode max", "prefill", "$/h", "$/M in", "$/M out",
 )  # fmt: skip
 
 
@@ -79,6 +79,7 @@ def _cells(row: PlanRow, own: str) -> tuple[str, ...]:
         _number(row.decode_tok_s_max_batch),
         _number(row.prefill_tok_s),
         f"{row.usd_per_hour:.2f}",
+        _price(row.usd_per_m_input_tokens),
         _price(row.usd_per_m_output_tokens),
     )
 
@@ -107,13 +108,14 @@ def format_table(spec: VariantSpec, rows: Sequence[PlanRow]) -> str:
         "and settings run there; fits: weights + overhead + one max_model_len sequence of KV fit",
         "(vLLM on CPU: that sequence in the whole GiB of VLLM_CPU_KVCACHE_SPACE it is given).",
         "decode: tokens/s roofline (memory bandwidth), 1 sequence and at max batch, every sequence at",
-        "the context length; prefill: tokens/s roofline (dense FLOPs); $/M out: USD per million output",
-        "tokens at max batch.",
+        "the context length; prefill: tokens/s roofline (dense FLOPs); $/M in: USD per million input",
+        "tokens at the prefill roofline; $/M out: USD per million output tokens at max batch.",
     ]
     if spec.task == "embed":  # an embedding variant generates nothing: its work is the prefill
         lines += [
             "task embed: the variant answers /v1/embeddings, one prompt pass per input: read prefill",
-            "(input tokens/s) and $/h; decode and $/M out describe generation, which it does not serve.",
+            "(input tokens/s), $/h and $/M in; decode and $/M out describe generation, which it does not",
+            "serve.",
         ]
     notes = [(row.accelerator, problem) for row in rows for problem in _support_problems(row)]
     if notes:

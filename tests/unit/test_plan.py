@@ -140,6 +140,8 @@ def test_plan_row_is_consistent() -> None:
     assert row.max_seqs == min(256, row.kv_tokens // 8192)
     assert row.decode_tok_s_max_batch > row.decode_tok_s_single > 0
     assert row.usd_per_m_output_tokens == pytest.approx(2.99 / (row.decode_tok_s_max_batch * 3600) * 1e6)
+    assert row.prefill_tok_s is not None and row.prefill_tok_s > row.decode_tok_s_max_batch
+    assert row.usd_per_m_input_tokens == pytest.approx(2.99 / (row.prefill_tok_s * 3600) * 1e6)
     assert row == plan.plan_row(spec(), LLAMA_8B, H100, 8192)  # pure: same inputs, same row
     h200 = plan.plan_row(spec(), LLAMA_8B, accelerators.get("h200-141gb"), 8192)
     assert h200.decode_tok_s_single / row.decode_tok_s_single == pytest.approx(4800 / 3350)
@@ -171,6 +173,20 @@ def test_chart_is_a_png(tmp_path: Path) -> None:
 
     rows = plan_all(spec(), [H100, accelerators.get("l40s")])
     out = write_chart(rows, tmp_path / "plan.png", "llama")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_embedding_variants_chart_and_table_price_input_tokens(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from deploy.plan_chart import write_chart
+
+    embedding = spec(task="embed")
+    rows = plan_all(embedding, [H100, accelerators.get("l40s")])
+    text = format_table(embedding, rows)
+    assert "$/M in" in text and "read prefill\n(input tokens/s), $/h and $/M in" in text
+    price = rows[0].usd_per_m_input_tokens
+    assert price is not None and f"{price:,.3f}" in text.splitlines()[3].split()
+    out = write_chart(rows, tmp_path / "plan.png", "embed", "embed")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
