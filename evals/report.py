@@ -2,7 +2,8 @@
 
 Off the request path. Joins load-test runs (``turnout.loadtest/1`` summaries: per-variant
 latency and throughput, and each variant's accelerator from the gateway) with eval runs
-(``turnout.eval/1``: accuracy with intervals) by variant name, prices output tokens with the
+(``turnout.eval/1``: accuracy with intervals) by variant name, prices output tokens (input
+tokens for a load run of ``/v1/embeddings``, whose work is the prompt) with the
 accelerator catalog (``deploy/accelerators.py``, with ``$TURNOUT_PRICES_FILE``'s prices: price
 per hour over tokens per hour), and judges each variant against a baseline: accuracy change
 in points (within the budget?), tokens/s ratio, cost ratio. Speed and cost ratios are drawn
@@ -27,6 +28,7 @@ from typing import Any
 from deploy import accelerators
 from deploy.accelerators import Accelerator
 from evals.report_notes import notes
+from evals.report_plots import plots
 
 MAX_ERROR_RATE = 0.01  # a load run with more failed requests gives no speed or cost ratio
 
@@ -44,6 +46,9 @@ class Row:
     tokens_per_s: float | None
     accelerator: str | None
     usd_per_m_tokens: float | None
+    # Which tokens its tokens/s and cost count: "output" (generated), or "input" for a load run
+    # of /v1/embeddings, whose work is the prompt (its prompt tokens/s, priced per million of them).
+    tokens_kind: str = "output"
     # Its load figures come from a run it shared with other variants (a split route): its
     # tokens/s is its traffic share, not its speed, so no cost or speed ratio is drawn from it.
     shared_run: bool = False
@@ -86,7 +91,8 @@ def read_runs(load: Sequence[Path], evals: Sequence[Path]) -> tuple[Runs, Runs]:
 def cost_per_million(
     accelerator: str | None, tokens_per_s: float | None, catalog: Mapping[str, Accelerator] | None = None
 ) -> float | None:
-    """USD per million output tokens at the catalog's hourly price (None when unknown)."""
+    """USD per million tokens (output, or an embedding run's input) at the catalog's hourly price
+    (None when unknown)."""
     if not accelerator or not tokens_per_s:
         return None
     try:
@@ -171,10 +177,11 @@ def join(
     """One variant's figures: the last load run and the last eval run that measured it (an eval
     of the variant alone over one of a split route that served it part of the time)."""
     load_stats, accelerator, shared, errors, label = None, None, False, None, None
+    load_run: Mapping[str, Any] = {}
     request: tuple[tuple[str, str], ...] | None = None
     for run in loads:
         if variant in run["per_variant"]:
-            load_stats = run["per_variant"][variant]
+            load_stats, load_run = run["per_variant"][variant], run
             accelerator = (run.get("variants", {}).get(variant) or {}).get("accelerator")
             # "?": its failed requests, which name no variant; not another variant's share.
             shared = len([name for name in run["per_variant"] if name != "?"]) > 1
@@ -200,14 +207,15 @@ def join(
             agreement = exact["value"]
             mixed_reference = tuple(split_reference(block.get("agreement")))
         accelerator = accelerator or (source.get("variants", {}).get(variant) or {}).get("accelerator")
-    tokens = load_stats["output_tokens_per_s"] if load_stats else None
+    kind = "input" if load_run.get("endpoint") == "embeddings" else "output"
+    tokens = load_stats[f"{'prompt' if kind == 'input' else 'output'}_tokens_per_s"] if load_stats else None
     return Row(
         variant=variant, accuracy=accuracy, accuracy_ci=interval, agreement=agreement,
         ttft_p50_ms=load_stats["ttft_ms"]["p50"] if load_stats else None,
         ttft_p99_ms=load_stats["ttft_ms"]["p99"] if load_stats else None,
         itl_p50_ms=load_stats["itl_ms"]["p50"] if load_stats else None,
         req_per_s=load_stats["req_per_s"] if load_stats else None,
-        tokens_per_s=tokens, accelerator=accelerator,
+        tokens_per_s=tokens, tokens_kind=kind, accelerator=accelerator,
         usd_per_m_tokens=None if shared else cost_per_million(accelerator, tokens, catalog),
         shared_run=shared, metric=metric, error_rate=errors, load=label, split_eval=split_eval,
         mixed_reference=mixed_reference,
@@ -281,10 +289,20 @@ def _figure(row: Row, value: float | None) -> str:
     return f"{value:.2f}" if row.lower_is_better else f"{100 * value:.1f}%"
 
 
+def tokens_kind(rows: Sequence[Row]) -> str:
+    """Which tokens the rows' tokens/s and cost count: output, or input (an embeddings load
+    run's); "" when the rows measured with load differ (each cell says which then)."""
+    kinds = {r.tokens_kind for r in rows if r.has_load} or {"output"}
+    return kinds.pop() if len(kinds) == 1 else ""
+
+
 def table_rows(rows: Sequence[Row]) -> list[list[str]]:
     figure = "perplexity (lower is better)" if any(r.lower_is_better for r in rows) else "accuracy"
+    kind = tokens_kind(rows)
+    tokens = f"{kind} tokens" if kind else "tokens"
     head = ["variant", figure, "95% CI", "agreement", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
-            "req/s", "tokens/s", "errors", "load run", "accelerator", "$/M output tokens"]  # fmt: skip
+            "req/s", f"{tokens}/s", "errors", "load run", "accelerator", f"$/M {tokens}"]  # fmt: skip
+    mark = {"input": " in", "output": " out"} if not kind else {}  # mixed: each row says which
     body = [
         [r.variant + (" †" if r.shared_run else "") + (" §" if r.split_eval else ""),
          _figure(r, r.accuracy),
@@ -292,9 +310,10 @@ def table_rows(rows: Sequence[Row]) -> list[list[str]]:
          _f(r.agreement and 100 * r.agreement, ".1f") + ("%" if r.agreement is not None else "")
          + (" ¶" if r.mixed_reference else ""),
          _f(r.ttft_p50_ms, ".1f"), _f(r.ttft_p99_ms, ".1f"), _f(r.itl_p50_ms, ".2f"),
-         _f(r.req_per_s, ".1f"), _f(r.tokens_per_s, ".0f"),
+         _f(r.req_per_s, ".1f"), _f(r.tokens_per_s, ".0f") + mark.get(r.tokens_kind, ""),
          _f(r.error_rate and 100 * r.error_rate, ".1f") + ("%" if r.error_rate is not None else ""),
-         r.load or "-", r.accelerator or "-", _f(r.usd_per_m_tokens, ".3f")]
+         r.load or "-", r.accelerator or "-",
+         _f(r.usd_per_m_tokens, ".3f") + (mark.get(r.tokens_kind, "") if r.usd_per_m_tokens else "")]
         for r in rows
     ]  # fmt: skip
     return [head, *body]
@@ -321,73 +340,6 @@ def html_page(rows: Sequence[Row], verdicts: Sequence[str], task: str, images: S
     return (f"<!doctype html><meta charset='utf-8'><title>Turnout variant comparison</title>"
             f"<h1>Variant comparison (accuracy: {html.escape(task)})</h1><table border='1'><tr>{cells}</tr>"
             f"{body}</table>{note}<h2>Verdicts</h2><ul>{items}</ul><h2>Plots</h2>{pictures}\n")  # fmt: skip
-
-
-def _label(axis: Any, text: str, at: tuple[float, float], index: int) -> None:
-    """Name a point; labels alternate above-right and below-left, stepping out every other
-    index, so variants at nearly the same point stay readable and none climbs into the title."""
-    line = {"arrowstyle": "-", "lw": 0.5, "color": "grey"}
-    step = 6 + 11 * (index // 2)
-    offset, align = ((8, step), "left") if index % 2 == 0 else ((-8, -step - 8), "right")
-    axis.annotate(text, at, xytext=offset, textcoords="offset points", fontsize=8, ha=align, arrowprops=line)
-
-
-def _spread_axis(axis: Any, values: Sequence[float]) -> None:
-    """A log scale when the values span more than 5×, so the close ones do not pile up."""
-    if values and min(values) > 0 and max(values) / min(values) > 5:
-        from matplotlib import ticker
-
-        axis.set_xscale("log")
-        axis.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-        axis.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
-        axis.xaxis.set_minor_formatter(ticker.NullFormatter())
-
-
-def plots(rows: Sequence[Row], out: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    figure, axis = plt.subplots(figsize=(5.5, 4))
-    priced = [r for r in rows if r.accuracy is not None and r.usd_per_m_tokens is not None]
-    for index, row in enumerate(priced):
-        scale = 1 if row.lower_is_better else 100
-        at = (float(row.usd_per_m_tokens or 0), scale * float(row.accuracy or 0))
-        axis.scatter(*at)
-        _label(axis, row.variant, at, index)
-    _spread_axis(axis, [float(r.usd_per_m_tokens or 0) for r in priced])
-    axis.set_xlabel("USD per million output tokens")
-    perplexity = any(r.lower_is_better for r in priced)
-    axis.set_ylabel("perplexity (lower is better)" if perplexity else "accuracy (%)")
-    axis.set_title("Perplexity vs cost" if perplexity else "Accuracy vs cost")
-    axis.margins(0.2)  # room for the labels inside the axes
-    if not perplexity:  # the margin's headroom above 100% gets no tick label: no accuracy is past it
-        from matplotlib import ticker
-
-        axis.yaxis.set_major_formatter(
-            ticker.FuncFormatter(lambda value, _: "" if value > 100.0001 else f"{value:g}")
-        )
-    figure.tight_layout()
-    figure.savefig(out / "accuracy_vs_cost.png", dpi=110)
-    plt.close(figure)
-    written.append("accuracy_vs_cost.png")
-    figure, axis = plt.subplots(figsize=(5.5, 4))
-    timed = [r for r in rows if r.tokens_per_s is not None and r.ttft_p50_ms is not None]
-    for index, row in enumerate(timed):
-        at = (float(row.tokens_per_s or 0), float(row.ttft_p50_ms or 0))
-        axis.scatter(*at)
-        _label(axis, row.variant, at, index)
-    axis.set_xlabel("output tokens/s")
-    axis.set_ylabel("TTFT p50 (ms)")
-    axis.set_title("Latency vs throughput")
-    axis.margins(0.2)
-    figure.tight_layout()
-    figure.savefig(out / "latency_vs_throughput.png", dpi=110)
-    plt.close(figure)
-    written.append("latency_vs_throughput.png")
-    return written
 
 
 def compare(

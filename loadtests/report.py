@@ -17,11 +17,24 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _row(name: str, block: dict[str, Any]) -> str:
+def embeds(summary: dict[str, Any]) -> bool:
+    """A run of ``/v1/embeddings``: its tokens/s are the input tokens embedded (it generates none)."""
+    return summary.get("endpoint") == "embeddings"
+
+
+def tokens_per_s(summary: dict[str, Any], block: dict[str, Any]) -> float:
+    """A STATS block's tokens/s: output tokens, or an embeddings run's input tokens."""
+    if embeds(summary):
+        return float(block.get("prompt_tokens_per_s") or 0.0)
+    return float(block["output_tokens_per_s"])
+
+
+def _row(name: str, summary: dict[str, Any], block: dict[str, Any]) -> str:
     ttft, itl, latency = block["ttft_ms"], block["itl_ms"], block["latency_ms"]
+    tokens = f"{tokens_per_s(summary, block):.0f}" + (" in" if embeds(summary) else "")
     return (
         f"| {name} | {block['requests']} | {block['errors']} | {block['req_per_s']:.1f} | "
-        f"{block['output_tokens_per_s']:.0f} | {_ms(ttft['p50'])} | {_ms(ttft['p99'])} | "
+        f"{tokens} | {_ms(ttft['p50'])} | {_ms(ttft['p99'])} | "
         f"{_ms(itl['p50'])} | {_ms(latency['p50'])} | {_ms(latency['p99'])} |"
     )
 
@@ -63,9 +76,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"started {summary['started_at']}." + _prompt_sentence(summary),
         "",
         HEADER,
-        _row("all", summary["overall"]),
+        _row("all", summary, summary["overall"]),
     ]
-    lines += [_row(name, block) for name, block in summary["per_variant"].items()]
+    lines += [_row(name, summary, block) for name, block in summary["per_variant"].items()]
     errors = summary["overall"]["errors_by_kind"]
     if errors:
         lines += ["", "Errors: " + ", ".join(f"{kind} {count}" for kind, count in sorted(errors.items()))]
@@ -129,7 +142,9 @@ def run_labels(runs: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
 
 def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """Markdown table: one row per run, its overall figures."""
-    return "\n".join([HEADER, *(_row(label, summary["overall"]) for label, summary in runs)]) + "\n"
+    rows = [_row(label, summary, summary["overall"]) for label, summary in runs]
+    said = ["", "tokens/s: output tokens; 'in': input tokens embedded (a /v1/embeddings run)"]
+    return "\n".join([HEADER, *rows, *(said if any(embeds(s) for _, s in runs) else [])]) + "\n"
 
 
 def compare_chart(runs: Sequence[tuple[str, dict[str, Any]]], path: Path) -> None:
@@ -162,7 +177,9 @@ def chart(runs: Sequence[tuple[str, dict[str, Any]]]) -> Any:
     latency.set_title("Latency percentiles")
     latency.legend(fontsize=8)
     rps = [summary["overall"]["req_per_s"] for _, summary in runs]
-    tokens = [summary["overall"]["output_tokens_per_s"] for _, summary in runs]
+    tokens = [tokens_per_s(summary, summary["overall"]) for _, summary in runs]
+    embedding = {embeds(summary) for _, summary in runs}
+    kind = "tokens/s (input for embeddings runs)" if len(embedding) > 1 else "input tokens/s"
     # By position, not by label: bars of equal labels would be drawn as one.
     places = list(range(len(runs)))
     throughput.bar(places, rps, color="tab:blue")
@@ -170,7 +187,7 @@ def chart(runs: Sequence[tuple[str, dict[str, Any]]]) -> Any:
     throughput.set_ylabel("requests/s", color="tab:blue")
     twin = throughput.twinx()
     twin.plot(places, tokens, "o-", color="tab:orange")
-    twin.set_ylabel("output tokens/s", color="tab:orange")
+    twin.set_ylabel("output tokens/s" if embedding == {False} else kind, color="tab:orange")
     twin.set_ylim(bottom=0)
     throughput.set_title("Throughput")
     figure.tight_layout()

@@ -141,6 +141,31 @@ def test_a_run_over_the_embeddings_api(embedded: Launched, tmp_path: Path) -> No
     assert overall["output_tokens"] == 0 and overall["prompt_tokens_per_s"] > 0
     said = "Prompts: 16 tokens of text, 17.0 as the server counted them (BOS included); "
     assert said in (tmp_path / "summary.md").read_text() and "input tokens/s embedded" in done.stdout
+    assert f"| all | {overall['requests']} | 0 |" in done.stdout and " in |" in done.stdout  # input tokens/s
+
+
+def test_variants_load_tested_on_embeddings_are_compared_per_million_input_tokens(
+    embedded: Launched, tmp_path: Path
+) -> None:
+    runs = []
+    for route in ("turnout-tiny", "turnout-tiny-int8"):
+        runs.append(str(tmp_path / route))
+        done = loadtest("--target", embedded.url, "--route", route, "--users", "2", "--duration", "2s",
+                        "--prompt-tokens", "16", "--endpoint", "embeddings", "--out", runs[-1])  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "report"
+    cmd = [sys.executable, "-m", "serving.cli", "compare", "--variants", "turnout-tiny,turnout-tiny-int8",
+           "--load", *runs, "--out", str(out)]  # fmt: skip
+    compared = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    header, _, fp32 = (out / "report.md").read_text().splitlines()[2:5]
+    assert "| input tokens/s |" in header and "| $/M input tokens |" in header
+    tokens = json.loads((tmp_path / "turnout-tiny" / "summary.json").read_text())["overall"][
+        "prompt_tokens_per_s"
+    ]
+    cells = [cell.strip() for cell in fp32.split("|")]
+    assert cells[9] == f"{tokens:.0f}" and cells[12] == "cpu-x86" and float(cells[13]) > 0  # priced
+    assert "turnout-tiny-int8: " in compared.stdout and "× tokens/s" in compared.stdout
 
 
 def test_an_ab_split_is_reported_per_variant(split: Launched, tmp_path: Path) -> None:

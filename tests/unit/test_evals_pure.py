@@ -96,6 +96,27 @@ def test_join_prices_tokens_and_the_verdict_states_the_budget() -> None:
     assert verdict(empty, base, 1.0).endswith("no accuracy to judge")
 
 
+def test_an_embeddings_load_run_is_priced_per_million_input_tokens() -> None:
+    """It generates nothing: its output tokens/s are 0, its work is the prompt tokens it embeds."""
+
+    def embedding(variant: str, prompt_tokens: float) -> dict[str, object]:
+        run = _load(variant, 0.0)
+        run["per_variant"][variant]["prompt_tokens_per_s"] = prompt_tokens  # type: ignore[index]
+        return {**run, "endpoint": "embeddings"}
+
+    loads = [embedding("fp32", 20000.0), embedding("int8", 30000.0)]
+    base, int8 = join("fp32", loads, [], "addition"), join("int8", loads, [], "addition")
+    assert (base.tokens_kind, base.tokens_per_s) == ("input", 20000.0)
+    assert base.usd_per_m_tokens == pytest.approx(cost_per_million("h100-80gb", 20000.0))
+    assert verdict(int8, base, 1.0) == "int8: 1.50× tokens/s, 0.67× cost: no accuracy to judge"
+    head, first = table_rows([base, int8])[:2]
+    assert "input tokens/s" in head and "$/M input tokens" in head and first[8] == "20000"
+    chat = join("chat", [_load("chat", 500.0)], [], "addition")
+    head, _, mixed = table_rows([base, chat])
+    assert "tokens/s" in head and "$/M tokens" in head and mixed[8] == "500 out"
+    assert table_rows([chat])[0][12] == "$/M output tokens"
+
+
 def test_a_variant_measured_in_a_shared_run_gets_no_cost_or_speed_ratio() -> None:
     shared = {"per_variant": {**_load("a", 1000.0)["per_variant"], **_load("b", 3000.0)["per_variant"]},
               "variants": {"a": {"accelerator": "h100-80gb"}, "b": {"accelerator": "h100-80gb"}}}  # fmt: skip
@@ -358,7 +379,7 @@ def test_plot_labels_alternate_sides_so_none_climbs_into_the_title() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from evals.report import _label
+    from evals.report_plots import _label
 
     figure, axis = plt.subplots()
     try:

@@ -142,6 +142,11 @@ def test_reports_render_every_run_and_the_knee() -> None:
     assert "| all | 10 | 0 | 10.0 |" in text and "| a | 10 |" in text
     assert "Max sustainable rate: **10.0 req/s**" in text
     assert "| one |" in compare_table([("one", summary), ("two", summary)])
+    embedded = {**summary, "endpoint": "embeddings", "knee": None}
+    embedded["overall"] = {**summary["overall"], "prompt_tokens_per_s": 123.0}
+    assert "| all | 10 | 0 | 10.0 | 123 in |" in summary_markdown(embedded)  # not its 0 output tokens
+    both = compare_table([("chat", summary), ("embed", embedded)])
+    assert "| embed | 10 | 0 | 10.0 | 123 in |" in both and "'in': input tokens embedded" in both
 
 
 def test_a_run_fails_its_ci_gate_above_the_error_bound_except_a_ramp() -> None:
