@@ -216,6 +216,16 @@ class EmbedRequest:
     extra: dict[str, Any] = field(default_factory=dict)
     request_id: str = ""
 
+    def check_dimensions(self, size: int) -> None:
+        """The 400 for ``dimensions`` other than the model's own ``size`` (as vLLM refuses it)."""
+        if self.dimensions is not None and self.dimensions != size:
+            raise ClientError(
+                f"this model's embeddings have {size} dimensions and it was not trained to shorten "
+                f"them (Matryoshka); leave dimensions unset or {size}, got {self.dimensions}",
+                param="dimensions",
+                code="unsupported_value",
+            )
+
 
 @dataclass(frozen=True, slots=True)
 class Embeddings:
@@ -242,7 +252,7 @@ def embedder(backend: Backend, variant: str) -> Embedder:
     why = "its task is generate" if info.task == "generate" else f"{info.kind}, {info.engine}"
     raise ClientError(
         f"variant '{variant}' ({why}) does not serve embeddings; route /v1/embeddings to an "
-        "embedded variant or an OpenAI-compatible upstream serving an embedding model",
+        "embedded variant, an upstream serving an embedding model, or Triton with an embed_model",
         param="model",
         code="model_not_supported",
     )

@@ -258,14 +258,7 @@ class EmbeddedBackend:
                 param="model",
                 code="model_not_supported",
             )
-        size = runner.graph.dimensions
-        if request.dimensions is not None and request.dimensions != size:
-            raise ClientError(
-                f"this model's embeddings have {size} dimensions and it was not trained to shorten "
-                f"them (Matryoshka); leave dimensions unset or {size}, got {request.dimensions}",
-                param="dimensions",
-                code="unsupported_value",
-            )
+        request.check_dimensions(runner.graph.dimensions)
         rows = [self._embedding_ids(model, index, given) for index, given in enumerate(request.inputs)]
         vectors = await runner.embed(rows)
         return Embeddings(vectors, sum(len(row) for row in rows))

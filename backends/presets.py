@@ -41,6 +41,7 @@ TRITON_PRESETS: dict[str, dict[str, Any]] = {
         "engine": "triton",
         "model": "turnout_tiny",
         "stream_model": "turnout_tiny_stream",
+        "embed_model": "turnout_tiny_embed",
         "vendor": "cpu",
         "accelerator": "cpu-x86",
     },

@@ -148,6 +148,9 @@ class TritonSettings(StrictModel):
     protocol: Literal["generate", "grpc"] = "generate"
     model: str
     stream_model: str | None = None
+    # The model /v1/embeddings goes to (text_input → embedding, prompt_tokens: backends/triton_embed.py);
+    # unset: the variant serves no embeddings (a 400 says so).
+    embed_model: str | None = None
     tensors: Literal["turnout", "trtllm", "vllm"] = "turnout"
     engine: Literal["triton", "triton-trtllm", "triton-vllm"] = "triton"
     vendor: Vendor = "nvidia"

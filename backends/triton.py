@@ -9,7 +9,8 @@ come back as new text (stop strings applied here), then a finish reason and usag
 A model's config is read once, on first use: whether it is decoupled (then even a whole answer
 is collected from its stream, since Triton refuses ``/generate`` and ``ModelInfer`` on it), its
 batch dimension and the inputs it declares (only those are sent). Streamed requests go to
-``stream_model`` when set; a model that cannot stream answers in one chunk.
+``stream_model`` when set; a model that cannot stream answers in one chunk. ``/v1/embeddings``
+goes to ``embed_model`` when set (``backends/triton_embed.py``), else a 400 says it is not.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, Protocol
 
-from backends.base import BackendInfo, Chunk, Completion, GenerateRequest, Usage
+from backends.base import BackendInfo, Chunk, Completion, Embeddings, EmbedRequest, GenerateRequest, Usage
 from backends.chat_template import ChatTemplate
 from backends.settings import TritonSettings
 from backends.triton_configs import ModelConfigs
+from backends.triton_embed import embedding_inputs, no_embed_model, read_embeddings
 from backends.triton_tensors import ModelFacts, RequestPlan, ResponseReader, plan_request
 from serving.errors import BackendError, ClientError, ConfigError
 
@@ -186,6 +188,18 @@ class TritonBackend:
                 raise
         facts, inputs, reader = await self._prepare(request, stream=False)  # shaped for the new config
         return await self._complete(request, facts, inputs, reader)
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        """The inputs' vectors from the model ``embed_model`` names (``backends.triton_embed``)."""
+        model = self.settings.embed_model
+        if model is None:
+            raise no_embed_model(self.name)
+        inputs = embedding_inputs(request)  # a 400 for what it cannot take, before any network
+        facts = self._configs.cached(model) or await self._configs.facts(model)
+        outputs = await self._transport.infer(facts, inputs, request.request_id)
+        embeddings = read_embeddings(self.name, outputs, len(request.inputs))
+        request.check_dimensions(embeddings.vectors.shape[1])
+        return embeddings
 
     async def _refused_for_config(self, exc: ClientError, facts: ModelFacts) -> bool:
         """Whether Triton refused the request (not the gateway's own checks) and the model's

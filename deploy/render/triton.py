@@ -18,7 +18,10 @@ Off the request path (``turnout deploy render --target triton``); files land und
   build`` writes; other folders are built with ``python -m onnxruntime_genai.models.builder``).
   Tensors: ``text_input`` and optional ``max_tokens``, ``temperature``, ``top_p``, ``top_k``,
   ``seed``, ``stop``, ``ignore_eos`` (+ ``stream``) → ``text_output``, ``finish_reason``,
-  ``prompt_tokens``, ``completion_tokens``.
+  ``prompt_tokens``, ``completion_tokens``. With ``task: embed``, also ``<name>-embed``
+  (``deploy.triton_repo.embed_models``): ``text_input`` ``[n]`` → ``embedding`` ``[n, hidden]``,
+  ``prompt_tokens`` ``[n]``, no batch dimension; a ``triton`` variant reaches it as its
+  ``embed_model``. (Not for a generating spec: it loads the model a second time.)
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from deploy.spec import VariantSpec
 
 REPOSITORY = "triton/model_repository"
 TEXT_MODEL_CLASS = "deploy.triton_repo.text_models:TextModel"
+EMBED_MODEL_CLASS = "deploy.triton_repo.embed_models:EmbedModel"
 _TEXT_INPUTS = (
     ("text_input", "TYPE_STRING", (1,)),
     ("max_tokens", "TYPE_INT32", (1,)),
@@ -107,6 +111,26 @@ def ort_config(spec: VariantSpec, name: str, *, decoupled: bool) -> dict[str, An
     return config
 
 
+def ort_embed_config(spec: VariantSpec, name: str) -> dict[str, Any]:
+    """The embedding model: a request's texts in one call (no batch dimension), vectors out."""
+    return {
+        "name": name,
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [tensor("text_input", "TYPE_STRING", (-1,))],
+        "output": [tensor("embedding", "TYPE_FP32", (-1, -1)), tensor("prompt_tokens", "TYPE_INT32", (-1,))],
+        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+        "parameters": parameters(
+            {
+                "project_root": str(_project_root()),
+                "python_class": EMBED_MODEL_CLASS,
+                "model_dir": ort_model_dir(spec),
+                "max_model_len": str(spec.max_model_len()),
+            }
+        ),
+    }
+
+
 def vllm_config(spec: VariantSpec) -> dict[str, Any]:
     return {
         "name": spec.name,
@@ -176,6 +200,10 @@ def render_triton(spec: VariantSpec) -> dict[str, str | bytes]:
                 spec, ort_config(spec, name, decoupled=decoupled)
             )
             files[f"{REPOSITORY}/{name}/1/model.py"] = _shim()
+        if spec.task == "embed":
+            embed = f"{spec.name}-embed"
+            files[f"{REPOSITORY}/{embed}/config.pbtxt"] = _pbtxt(spec, ort_embed_config(spec, embed))
+            files[f"{REPOSITORY}/{embed}/1/model.py"] = _shim()
     else:
         raise RenderError(f"engine {spec.engine} has no Triton repository")
     files["triton/run.sh"] = _run_script(spec)

@@ -9,12 +9,13 @@ through ONNX Runtime GenAI:
 * ``turnout_tiny_stream`` — the same, decoupled: one response per token piece;
 * ``ensemble`` / ``ensemble_stream`` — shaped like TensorRT-LLM's inflight-batcher ensemble
   (``preprocessing`` → ``tensorrt_llm`` / ``tensorrt_llm_stream`` → ``postprocessing``);
-* ``turnout_tiny_vllm`` — shaped like Triton's vLLM backend (``sampling_parameters`` JSON).
+* ``turnout_tiny_vllm`` — shaped like Triton's vLLM backend (``sampling_parameters`` JSON);
+* ``turnout_tiny_embed`` — texts in, embeddings out (``embed_models``), for ``/v1/embeddings``.
 
 Each model's ``1/<name>.py`` is a small shim: it puts the project root (a model-config
 parameter, relative to the model folder unless absolute) on ``sys.path`` and hands the
 work to the class named by its ``python_class`` parameter (``text_models``,
-``trtllm_models``), which reuse ``backends.ortgenai_runner``. The model folder is the
+``trtllm_models``, ``embed_models``), which reuse ``backends.ortgenai_runner``. The model folder is the
 ``model_dir`` parameter. :func:`stage_repository` copies the repository elsewhere with both
 parameters made absolute and a chosen precision, so the source tree is never written to.
 """
@@ -31,6 +32,7 @@ MODEL_NAMES = (
     "turnout_tiny",
     "turnout_tiny_stream",
     "turnout_tiny_vllm",
+    "turnout_tiny_embed",
     "preprocessing",
     "tensorrt_llm",
     "tensorrt_llm_stream",

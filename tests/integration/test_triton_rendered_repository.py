@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import openai
+import yaml
 
 from tests.integration.control_plane import running_gateway, write_config
 from tests.integration.engines import distinct_ports, triton_install_or_skip
@@ -37,11 +38,26 @@ def _render(out: Path, spec: Path = SPEC) -> Path:
     return out / "triton" / "model_repository"
 
 
+def _embedding_spec(folder: Path) -> Path:
+    """tiny-cpu.yaml with ``task: embed``: its repository gets an embedding model too."""
+    data = yaml.safe_load(SPEC.read_text())
+    data["task"] = "embed"
+    data["model"]["path"] = str((SPEC.parent / data["model"]["path"]).resolve())
+    path = folder / "tiny-cpu-embed.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def test_a_rendered_repository_served_by_the_cli_answers_through_the_gateway(tmp_path: Path) -> None:
     triton_install_or_skip()
-    repository = _render(tmp_path / "out")
+    plain = _render(tmp_path / "plain")  # a generating spec: no second copy of the model to embed
+    assert sorted(path.parent.name for path in plain.glob("*/config.pbtxt")) == [
+        "tiny-cpu-int4",
+        "tiny-cpu-int4-stream",
+    ]
+    repository = _render(tmp_path / "out", _embedding_spec(tmp_path))
     models = sorted(path.parent.name for path in repository.glob("*/config.pbtxt"))
-    assert models == ["tiny-cpu-int4", "tiny-cpu-int4-stream"]
+    assert models == ["tiny-cpu-int4", "tiny-cpu-int4-embed", "tiny-cpu-int4-stream"]
     http, grpc, metrics = distinct_ports(3)
     ports = ["--port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
     up = [*CLI, "backends", "up", "triton", "--model-repository", str(repository), *ports]
@@ -57,9 +73,13 @@ def test_a_rendered_repository_served_by_the_cli_answers_through_the_gateway(tmp
             "url": f"http://127.0.0.1:{http}",
             "model": "tiny-cpu-int4",
             "stream_model": "tiny-cpu-int4-stream",
+            "embed_model": "tiny-cpu-int4-embed",
         }
+        local = {"kind": "embedded", "precision": "int4"}
         config = write_config(
-            tmp_path / "gateway.yaml", {"rendered": variant}, {"tiny": {"targets": [{"variant": "rendered"}]}}
+            tmp_path / "gateway.yaml",
+            {"rendered": variant, "local": local},
+            {"tiny": {"targets": [{"variant": "rendered"}]}, "local": {"targets": [{"variant": "local"}]}},
         )
         with running_gateway(config) as gateway:
             client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sk-test", max_retries=0)
@@ -71,6 +91,11 @@ def test_a_rendered_repository_served_by_the_cli_answers_through_the_gateway(tmp
                 model="tiny", messages=asked, max_tokens=8, temperature=0, stream=True
             )
             assert "".join(c.choices[0].delta.content or "" for c in pieces if c.choices) == "840"
+            texts = ["03+45=", "the red"]
+            embedded = client.embeddings.create(model="tiny", input=texts, encoding_format="float")
+            same = client.embeddings.create(model="local", input=texts, encoding_format="float")
+            for mine, theirs in zip(embedded.data, same.data, strict=True):
+                assert max(abs(a - b) for a, b in zip(mine.embedding, theirs.embedding, strict=True)) < 1e-5
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
     finally:

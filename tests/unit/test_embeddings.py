@@ -133,6 +133,23 @@ def test_an_upstreams_answer_of_the_wrong_shape_is_refused(answer: dict[str, obj
         read_embeddings(orjson.dumps(answer), 2)
 
 
+def test_a_triton_models_outputs_are_read_flat_or_nested_and_refused_in_another_shape() -> None:
+    from backends.triton_embed import embedding_inputs, read_embeddings
+    from serving.errors import BackendError
+
+    nested = read_embeddings("t", {"embedding": [[1.0, 0.0], [0.0, 1.0]], "prompt_tokens": [3, 4]}, 2)
+    flat = read_embeddings("t", {"embedding": [1.0, 0.0, 0.0, 1.0], "prompt_tokens": [3, 4]}, 2)  # /generate
+    assert np.array_equal(nested.vectors, flat.vectors) and flat.vectors.shape == (2, 2)
+    assert nested.prompt_tokens == flat.prompt_tokens == 7
+    assert read_embeddings("t", {"embedding": [[0.5, 0.5]]}, 1).prompt_tokens == 0  # not said: 0
+    for outputs in ({}, {"embedding": [1.0, 2.0, 3.0]}, {"embedding": [[1.0, 2.0]]}, {"embedding": "x"}):
+        with pytest.raises(BackendError):
+            read_embeddings("t", outputs, 2)
+    assert embedding_inputs(EmbedRequest(("a", "b"))) == {"text_input": ["a", "b"]}
+    with pytest.raises(ClientError, match="token-id inputs are not supported by Triton variants"):
+        embedding_inputs(EmbedRequest(("a", (1, 2))))
+
+
 def test_the_graph_embeds_a_padded_batch_as_it_does_each_input_alone() -> None:
     graph = EmbeddingGraph(onnx_dir("fp32"))
     rows = [np.array(ids, dtype=np.int64) for ids in ([1, 40, 41, 42, 43, 44, 45], [1, 7], [1, 9, 9, 9])]
