@@ -5,7 +5,8 @@ Called by the OpenAI API handlers with a validated :class:`GenerateRequest` (or 
 routing policy which variant serves it under the route version in force, tries that
 variant (then its retries and fallbacks, skipping variants whose circuit breaker is open)
 until one answers — only before the first byte reaches the client — mirrors sampled
-shadows on the side, and records the outcome (metrics, canary samples). For streams the
+shadows on the side, and records the outcome (metrics, breakers, canary samples:
+``serving.gateway_outcomes``). For streams the
 first chunk is awaited here, so a failure before the first byte becomes a retry, a
 fallback or a plain HTTP error, never a broken stream.
 """
@@ -42,11 +43,11 @@ from serving.errors import (
     TurnoutError,
     cancelled_status,
 )
+from serving.gateway_outcomes import Outcomes, after_this_turn
 from serving.metrics import GatewayMetrics
-from serving.observations import ObservationLog, counts_as_error
+from serving.observations import ObservationLog
 from serving.routing.answer_text import StreamedAnswer, completion_answer, embeddings_answer
 from serving.routing.breaker import BreakerSettings, CircuitBreaker
-from serving.routing.canary import Sample
 from serving.routing.compare import Answer
 from serving.routing.policy import Decision, decide
 from serving.routing.routed import ActiveRoute, Routed
@@ -80,10 +81,9 @@ class Gateway:
         }
         settings = BreakerSettings(**config.breaker.model_dump())
         self.breakers = {name: CircuitBreaker(settings) for name in backends}
-        self._flagged: set[str] = set()
+        self.outcomes = Outcomes(metrics, self.breakers, self.observations, clock, wall_clock)
         self._random_point = random_point
         self._clock = clock
-        self._wall = wall_clock
 
     # -- the route table -------------------------------------------------------------------
 
@@ -134,7 +134,7 @@ class Gateway:
             return generator(backend, routed.served_by).complete(request)
 
         result, variant, started = await self._whole(routed, request, endpoint, call, completion_answer)
-        self._observe(routed, variant, endpoint, 200, started, None, result.usage)
+        self.outcomes.observe(routed, variant, endpoint, 200, started, None, result.usage)
         return result
 
     async def embed(self, routed: Routed, request: EmbedRequest) -> Embeddings:
@@ -146,7 +146,7 @@ class Gateway:
 
         result, variant, started = await self._whole(routed, request, "embeddings", call, embeddings_answer)
         usage = Usage(prompt_tokens=result.prompt_tokens)
-        self._observe(routed, variant, "embeddings", 200, started, None, usage)
+        self.outcomes.observe(routed, variant, "embeddings", 200, started, None, usage)
         return result
 
     async def _whole(
@@ -210,7 +210,7 @@ class Gateway:
         first_at = self._clock()
         # The client waited from ``started`` (retries and fallbacks included); the canary judges
         # the variant that served on its own attempt.
-        _after_this_turn(
+        after_this_turn(
             self.metrics.series(routed.route.name, variant, endpoint).ttft.observe, first_at - started
         )
         return self._observed_stream(
@@ -248,7 +248,9 @@ class Gateway:
             attempt_started = self._clock()
             if not breaker.allow(attempt_started):
                 skipped.append(variant)
-                self._sample(routed, variant, 503, self._clock(), None)  # a canary that can't serve fails
+                self.outcomes.sample(
+                    routed, variant, 503, self._clock(), None
+                )  # a canary that can't serve fails
                 continue
             routed.served_by = variant
             try:
@@ -258,29 +260,29 @@ class Gateway:
                     breaker.release(self._clock(), attempt_started)
                     not_again.add(variant)
                 else:
-                    self._breaker_record(variant, False, attempt_started)
+                    self.outcomes.breaker_record(variant, False, attempt_started)
                 last_error = self._attempt_failed(routed, variant, exc, attempt_started, failed)
                 continue
             except TurnoutError as exc:  # the request is at fault, not the backend: no retry
-                self._breaker_record(variant, True, attempt_started)
-                self._observe(routed, variant, endpoint, exc.status, (started, attempt_started), None)
+                self.outcomes.breaker_record(variant, True, attempt_started)
+                self.outcomes.observe(routed, variant, endpoint, exc.status, (started, attempt_started), None)
                 raise
             except asyncio.CancelledError as exc:  # the client hung up, or the server is going down
                 breaker.release(self._clock(), attempt_started)  # a cancelled probe says nothing
                 if exc.args != (SIBLING_FAILED,):  # not counted: its request's failure already is
                     status = cancelled_status(exc)  # 499: the client left; 503: the server cut it
                     at = (started, attempt_started)
-                    self._observe(routed, variant, endpoint, status, at, None, judged=False)
+                    self.outcomes.observe(routed, variant, endpoint, status, at, None, judged=False)
                 raise
             except Exception as exc:  # an adapter bug or an answer it did not foresee: a bad gateway
                 # (unhandled, it was a 500 with no fallback tried, and a half-open breaker's probe
                 # slot was never freed: the variant stayed refused for good)
                 log.exception("variant %s failed unexpectedly", variant)
-                self._breaker_record(variant, False, attempt_started)
+                self.outcomes.breaker_record(variant, False, attempt_started)
                 error = BackendError(f"variant '{variant}' failed: {type(exc).__name__}: {exc}")
                 last_error = self._attempt_failed(routed, variant, error, attempt_started, failed)
                 continue
-            self._breaker_record(variant, True, attempt_started)
+            self.outcomes.breaker_record(variant, True, attempt_started)
             return variant, result, attempt_started
         if last_error is None:
             now = self._clock()
@@ -302,7 +304,7 @@ class Gateway:
         self, routed: Routed, variant: str, error: TurnoutError, attempt_started: float, failed: list[str]
     ) -> TurnoutError:
         """Count one failed attempt (the next candidate is tried); returns ``error``."""
-        self._sample(routed, variant, error.status, attempt_started, None)
+        self.outcomes.sample(routed, variant, error.status, attempt_started, None)
         self.metrics.attempts_failed.labels(routed.route.name, variant, str(error.status)).inc()
         failed.append(f"{variant} {error.status}")
         return error
@@ -338,12 +340,12 @@ class Gateway:
                     produced += 1 if _output(chunk) else 0
         except TurnoutError as exc:
             status = exc.status
-            self._breaker_record(variant, not isinstance(exc, BackendError), started[1])
+            self.outcomes.breaker_record(variant, not isinstance(exc, BackendError), started[1])
             raise
         except Exception as exc:  # an adapter bug mid-stream: the client gets an error event (a bad gateway)
             log.exception("variant %s failed unexpectedly mid-stream", variant)
             status = 502
-            self._breaker_record(variant, False, started[1])
+            self.outcomes.breaker_record(variant, False, started[1])
             raise BackendError(f"variant '{variant}' failed mid-stream: {type(exc).__name__}: {exc}") from exc
         except BaseException as exc:
             # The client went away (cancelled, or the stream closed early): 499; cancelled with no
@@ -362,14 +364,14 @@ class Gateway:
             if status == 200 and produced > 1 and paced > 1:
                 first_at = started[1] + ttft
                 per_token = (self._clock() - first_at) / (paced - 1)
-                _after_this_turn(
+                after_this_turn(
                     self.metrics.series(routed.route.name, variant, endpoint).per_token.observe, per_token
                 )
             await _close(upstream)
             # A stream that ended without its usage (the client left, the upstream cut it) still
             # produced tokens: one per text chunk delivered, a lower bound (as a key's TPM charge).
             usage = last.usage or Usage(completion_tokens=delivered)
-            self._observe(routed, variant, endpoint, status, started, ttft, usage, judged=judged)
+            self.outcomes.observe(routed, variant, endpoint, status, started, ttft, usage, judged=judged)
             if answer is not None:  # a cut stream is nothing to compare with: as a client's leaving
                 shown = status if judged else 499
                 resolve(waiting, Answer(shown, answer.text(), self._clock() - started[0]))
@@ -387,78 +389,6 @@ class Gateway:
                 waiting.append(future)
         return waiting
 
-    def _breaker_record(self, variant: str, ok: bool, attempt_started: float) -> None:
-        breaker = self.breakers[variant]
-        now = self._clock()
-        breaker.record(ok, now, attempt_started)
-        if ok and variant not in self._flagged:
-            return
-        is_open = breaker.state(now) != "closed"
-        if is_open != (variant in self._flagged):
-            if is_open:
-                self._flagged.add(variant)
-                log.warning("circuit for variant %s opened", variant)
-            else:
-                self._flagged.discard(variant)
-                log.info("circuit for variant %s closed", variant)
-            self.metrics.breaker_open.labels(variant).set(1.0 if is_open else 0.0)
-
-    def _sample(self, routed: Routed, variant: str, status: int, started: float, ttft: float | None) -> None:
-        self._record_sample(routed, variant, status, self._wall(), self._clock() - started, ttft)
-
-    def _record_sample(
-        self, routed: Routed, variant: str, status: int, at: float, elapsed: float, ttft: float | None
-    ) -> None:
-        plan = routed.route.spec.canary
-        if plan is None or status == 499 or routed.pinned or variant not in (plan.stable, plan.canary):
-            return
-        sample = Sample(at, not counts_as_error(status), elapsed, ttft)
-        self.observations.record(routed.route.name, variant, sample)
-
-    def _observe(
-        self,
-        routed: Routed,
-        variant: str,
-        endpoint: str,
-        status: int,
-        started: tuple[float, float],
-        ttft: float | None,
-        usage: Usage | None = None,
-        *,
-        judged: bool = True,
-    ) -> None:
-        """Time a finished request now; write its metrics and canary sample once the answer is out.
-
-        ``started``: when the request began and when the attempt that answered did. The metrics
-        time the request as its client saw it (retries and fallbacks included); the canary's
-        sample, like ``ttft``, times the attempt: it judges the variant that served."""
-        now, at = self._clock(), self._wall()
-        request_s, attempt_s = now - started[0], now - started[1]
-        _after_this_turn(
-            self._record, routed, variant, endpoint, status, at, (request_s, attempt_s), ttft, usage, judged
-        )
-
-    def _record(
-        self,
-        routed: Routed,
-        variant: str,
-        endpoint: str,
-        status: int,
-        at: float,
-        elapsed: tuple[float, float],
-        ttft: float | None,
-        usage: Usage | None,
-        judged: bool,
-    ) -> None:
-        series = self.metrics.series(routed.route.name, variant, endpoint)
-        series.requests(status).inc()
-        series.latency.observe(elapsed[0])
-        if usage is not None:
-            series.prompt_tokens.inc(usage.prompt_tokens)
-            series.completion_tokens.inc(usage.completion_tokens)
-        if judged:  # not a request its client left or the server cut: that says nothing of the variant
-            self._record_sample(routed, variant, status, at, elapsed[1], ttft)
-
 
 # The message a prompt's call is cancelled with when another prompt of the same /v1/completions
 # request failed: the client did not leave (no 499), the request's own failure is what counts.
@@ -468,18 +398,6 @@ SIBLING_FAILED = "another prompt of this request failed"
 def _output(chunk: Chunk) -> bool:
     """Whether ``chunk`` carries output for the client (text, a tool call's delta, logprobs)."""
     return bool(chunk.text or chunk.extra or chunk.logprobs)
-
-
-def _after_this_turn(record: Callable[..., None], *args: object) -> None:
-    """Run ``record`` when the current task next yields, i.e. after the answer it is writing has
-    been handed to the socket (uvicorn's send does not yield): bookkeeping stays off the latency
-    path. Outside a running loop (a generator finalized at shutdown) it runs at once."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        record(*args)
-        return
-    loop.call_soon(record, *args)
 
 
 async def _close(upstream: AsyncIterator[Chunk]) -> None:
