@@ -17,15 +17,15 @@ from urllib.parse import quote
 
 import orjson
 
-from backends.openai_http import (
+from backends.settings import TritonSettings
+from backends.triton_tensors import ModelFacts, status_error
+from backends.upstream_http import (
     UPSTREAM_HEADERS,
     redirect_error,
     send_upstream,
     transport_error,
     upstream_pool,
 )
-from backends.settings import TritonSettings
-from backends.triton_tensors import ModelFacts, status_error
 from backends.upstream_pool import UpstreamError, UpstreamPool, UpstreamResponse
 from serving.errors import BackendError, TurnoutError
 

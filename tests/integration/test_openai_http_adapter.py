@@ -20,8 +20,9 @@ import pytest
 
 from backends.base import Chunk, GenerateRequest, SamplingParams
 from backends.fault import DEFAULT_REPLY, FaultServer, split_reply
-from backends.openai_http import OpenAIHttpBackend, UpstreamClientError, UpstreamOverloaded, status_error
+from backends.openai_http import OpenAIHttpBackend
 from backends.settings import OpenAIHttpSettings, TimeoutSettings
+from backends.upstream_http import UpstreamClientError, UpstreamOverloaded, status_error
 from serving.errors import BackendError, BackendTimeout, BackendUnavailable, ClientError, Overloaded
 
 LIMIT = 10.0  # seconds any single test step may take
