@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from backends.base import Backend
 from backends.registry import build_backend
 from serving.access import Access
-from serving.api import admin_keys, admin_routes, embeddings_route, health, openai_routes
+from serving.api import admin_keys, admin_routes, embeddings_route, health, openai_routes, stored_responses
 from serving.api import errors as api_errors
 from serving.api.openai_routes import request_id
 from serving.api.state import AppState
@@ -205,8 +205,8 @@ def create_app(
         _allow_browsers(app, config.server.cors_allow_origins)
     app.add_route("/v1/models", openai_routes.list_models, methods=["GET"])
     app.add_route("/v1/models/{model:path}", openai_routes.get_model, methods=["GET"])
-    stored_responses = ["GET", "DELETE", "POST"]  # a 404 saying none is kept
-    app.add_route("/v1/responses/{rest:path}", openai_routes.stored_response, methods=stored_responses)
+    kept = ["GET", "DELETE", "POST"]  # a stored answer, its input items, its deletion
+    app.add_route("/v1/responses/{rest:path}", stored_responses.stored_response, methods=kept)
     app.add_route("/health", health.health, methods=["GET"])
     app.add_route("/ready", health.ready, methods=["GET"])
     app.add_route("/metrics", health.metrics, methods=["GET"])

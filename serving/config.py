@@ -110,6 +110,18 @@ class ShadowSettings(BaseModel):
     recent_differences: Annotated[int, Field(ge=0)] = 50
 
 
+class ResponsesSettings(BaseModel):
+    """``/v1/responses`` answers kept in the store, as OpenAI keeps them (``store`` defaults to
+    true): ``GET /v1/responses/{id}`` returns one and ``previous_response_id`` continues it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # false: nothing is kept, every answer says store: false (vLLM's default), and
+    # previous_response_id is a 400.
+    store: Annotated[bool, Field(strict=True)] = True
+    retention_s: Annotated[float, Field(gt=0)] = 86400.0  # then it is gone (OpenAI keeps 30 days)
+
+
 class BreakerConfig(BaseModel):
     """Per-variant circuit breaker: open on consecutive failures or a high error rate."""
 
@@ -151,6 +163,7 @@ class GatewayConfig(BaseModel):
     store: StoreSettings = Field(default_factory=dict, validate_default=True)
     auth: AuthSettings = AuthSettings()
     shadow: ShadowSettings = ShadowSettings()
+    responses: ResponsesSettings = ResponsesSettings()
     breaker: BreakerConfig = BreakerConfig()
     canary: CanarySettings = CanarySettings()
     # Variants declared by a deploy spec (serving/spec_variants.py); each one's id is the spec's.

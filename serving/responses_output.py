@@ -57,8 +57,10 @@ def response_object(
     usage: dict[str, Any] | None = None,
     incomplete: dict[str, str] | None = None,
     error: dict[str, Any] | None = None,
+    stored: bool = False,
 ) -> dict[str, Any]:
-    """The ``response`` object, the request's settings echoed as OpenAI echoes them."""
+    """The ``response`` object, the request's settings echoed as OpenAI echoes them; ``stored``:
+    whether it is kept (``GET /v1/responses/{id}``, ``previous_response_id``)."""
     text = wire.text if wire.text and wire.text.get("format") else {"format": {"type": "text"}}
     return {
         "id": f"resp_{rid}",
@@ -74,10 +76,10 @@ def response_object(
         "model": model,
         "output": output or [],
         "parallel_tool_calls": True if wire.parallel_tool_calls is None else wire.parallel_tool_calls,
-        "previous_response_id": None,
+        "previous_response_id": wire.previous_response_id,
         "reasoning": {"effort": (wire.reasoning or {}).get("effort"), "summary": None},
         "service_tier": wire.service_tier or "default",
-        "store": False,  # nothing is kept: a GET of this id, or a previous_response_id, finds nothing
+        "store": stored,
         "temperature": 1.0 if wire.temperature is None else wire.temperature,
         "text": text,
         "tool_choice": wire.tool_choice or "auto",
@@ -117,7 +119,7 @@ def call_item(item_id: str, status: str, call_id: str, name: str, arguments: str
 
 
 def response_body(
-    rid: str, model: str, created: int, wire: ResponsesRequest, result: Completion
+    rid: str, model: str, created: int, wire: ResponsesRequest, result: Completion, *, stored: bool = False
 ) -> dict[str, Any]:
     """The whole answer of a request that was not streamed: the reasoning (when the upstream
     parsed one out), the message (unless the answer is only tool calls), then each tool call."""
@@ -137,5 +139,6 @@ def response_body(
         output.append(call_item(f"fc_{call_id}", "completed", call_id, name, arguments))
     counted = response_usage(result.usage)
     return response_object(
-        rid, model, created, wire, status=status, output=output, usage=counted, incomplete=incomplete
-    )
+        rid, model, created, wire, status=status, output=output, usage=counted, incomplete=incomplete,
+        stored=stored,
+    )  # fmt: skip

@@ -10,8 +10,10 @@ split, shadows, canary samples, limits, and any backend (the embedded engine, vL
 refuse as they do on chat. The answer is shaped by ``serving.responses_output`` and
 ``serving.responses_stream``. This is LiteLLM's bridge for providers without a Responses API.
 
-Stateless, as vLLM is by default: no response is stored, so ``previous_response_id`` and
-``conversation`` are refused with what to send instead, and every answer says ``store: false``.
+An answer is stored unless the request says ``store: false`` or the gateway's config turns
+storing off (``serving.api.stored_responses``); ``previous_response_id`` continues a stored one
+(:meth:`ResponsesRequest.continuing`). ``conversation`` objects are refused with what to send
+instead.
 What a chat request cannot carry (hosted tools, files and images, background runs, logprobs)
 is a 400 naming it, never dropped.
 """
@@ -20,14 +22,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from backends.base import GenerateRequest, RequestKind
 from serving.errors import TurnoutError
 from serving.protocol import SamplingFields, chat_generates
 from serving.responses_input import chat_tool_choice, chat_tools, input_messages, invalid, unsupported
 
-_NO_STORE = (
+NO_STORE = (
     "this gateway stores no responses (every answer says store: false); send the earlier turns "
     "in input instead"
 )
@@ -99,6 +101,7 @@ class ResponsesRequest(SamplingFields):
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    _context: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 
     def check(self, max_tokens_field: str = "max_output_tokens") -> None:
         self._refuse_what_chat_cannot_carry()
@@ -110,10 +113,12 @@ class ResponsesRequest(SamplingFields):
             if sent or (chat_name != "messages" and getattr(self, chat_name) is not None):
                 hint = f"; the Responses API calls it {ours}" if ours else " (one output per request)"
                 raise unsupported(f"{chat_name} is a chat completions field{hint}", chat_name)
-        if self.previous_response_id is not None:
-            raise unsupported(f"previous_response_id: {_NO_STORE}", "previous_response_id")
         if self.conversation is not None:
-            raise unsupported(f"conversation: {_NO_STORE}", "conversation")
+            raise unsupported(
+                "conversation: conversations are not kept here; continue a stored response with "
+                "previous_response_id, or send the earlier turns in input",
+                "conversation",
+            )
         if self.background:
             raise unsupported(
                 "background responses are not supported; send the request and wait", "background"
@@ -150,9 +155,15 @@ class ResponsesRequest(SamplingFields):
     def include_usage(self) -> bool:
         return False  # Responses' stream_options (include_obfuscation) has none: usage always comes last
 
+    def continuing(self, context: list[dict[str, Any]]) -> None:
+        """Read ``context`` (a stored response's items: ``previous_response_id``) before ``input``."""
+        self._context = context
+
     def message_dicts(self) -> list[dict[str, Any]]:
-        """``instructions`` (a system message) and ``input`` as chat messages."""
+        """``instructions`` (a system message), the context continued, and ``input`` as chat
+        messages (an earlier response's instructions are not carried over, as OpenAI does)."""
         messages = [{"role": "system", "content": self.instructions}] if self.instructions else []
+        messages += input_messages(self._context)
         if isinstance(self.input, str):
             return [*messages, {"role": "user", "content": self.input}]
         return [*messages, *input_messages(self.input)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,11 +170,13 @@ async def response_events(
     charge: Callable[[int], None] | None = None,
     *,
     numbered: ResponseEvents | None = None,
+    keep: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
 ) -> AsyncIterator[bytes]:
     """The stream of one response. ``started`` is its ``in_progress`` object
     (``serving.responses_output.response_object``); ``charge`` as on chat streams: the usage
     when it comes, else one token per delta delivered. ``numbered``: the events' numbering and
-    items, when the caller needs them too (:meth:`ResponseEvents.cut_by_shutdown`)."""
+    items, when the caller needs them too (:meth:`ResponseEvents.cut_by_shutdown`); ``keep``
+    stores the finished response before its last event is sent (``serving.api.stored_responses``)."""
     events = numbered or ResponseEvents(started)
     yield events.emit("response.created", response=started)
     yield events.emit("response.in_progress", response=started)
@@ -213,6 +215,8 @@ async def response_events(
         "output": output,
         "usage": counted,
     }
+    if keep is not None:
+        await keep(ended)
     yield events.emit(
         "response.completed" if status == "completed" else "response.incomplete", response=ended
     )

@@ -31,6 +31,7 @@ from serving import sse
 from serving.api.answer_bodies import chat_body, completion_body
 from serving.api.errors import client_request_id, error_response
 from serving.api.state import AppState
+from serving.api.stored_responses import recall
 from serving.api.wire_errors import parse_wire
 from serving.auth import Principal
 from serving.errors import (
@@ -286,6 +287,7 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
         body = await read_body(receive, headers_in, state.max_body_bytes)
         wire = parse_wire(_WIRE[endpoint], body)
         wire.check()
+        memory = await recall(state, principal, wire) if isinstance(wire, ResponsesRequest) else None
         generates = wire.to_generates(rid)
         if wire.stream and len(generates) > 1:
             raise ClientError(
@@ -304,10 +306,10 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
             start = state.gateway.stream(routed, generates[0], endpoint)
             chunks = await unless_disconnected(receive, start, watch_after)
             headers["x-turnout-variant"] = routed.served_by
-            if isinstance(wire, ResponsesRequest):
-                started = response_object(rid, route, created, wire)
+            if isinstance(wire, ResponsesRequest) and memory is not None:
+                started = response_object(memory.rid, route, created, wire, stored=memory.keep)
                 numbered = ResponseEvents(started)
-                events = response_events(chunks, started, charge, numbered=numbered)
+                events = response_events(chunks, started, charge, numbered=numbered, keep=memory.remember)
                 return sse.SSEAnswer(events, headers, numbered.cut_by_shutdown)
             head = {
                 "id": f"{'chatcmpl' if chat else 'cmpl'}-{rid}",
@@ -322,9 +324,9 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
         headers["x-turnout-variant"] = routed.served_by
         if charge is not None:
             charge(sum(result.usage.total_tokens for result in results))
-        if isinstance(wire, ResponsesRequest):
-            result = results[0]
-            answer = response_body(rid, route, created, wire, result)
+        if isinstance(wire, ResponsesRequest) and memory is not None:
+            answer = response_body(memory.rid, route, created, wire, results[0], stored=memory.keep)
+            await memory.remember(answer)
             content = orjson.dumps(answer)
         elif chat:
             result = results[0]
@@ -420,16 +422,3 @@ async def get_model(request: Request) -> Response:
     if name not in state.gateway.route_names():
         return error_response(NotFound(f"The model '{name}' does not exist", param="model"), {})
     return Response(orjson.dumps(_model_card(name, state.started)), media_type="application/json")
-
-
-async def stored_response(request: Request) -> Response:
-    """``GET``/``DELETE /v1/responses/{id}`` (and ``…/cancel``, ``…/input_items``): a 404 that
-    says why, since no response is stored here (every answer says ``store: false``)."""
-    state: AppState = request.app.state.turnout
-    await state.access.client(request.headers.get("authorization"), request.headers.get("api-key"))
-    found = request.path_params["rest"].split("/", 1)[0]
-    message = (
-        f"No response with id '{found}' is stored here: this gateway keeps no responses (each says "
-        "store: false), so send the earlier turns in input instead of previous_response_id"
-    )
-    return error_response(NotFound(message, param="response_id", code="response_not_found"), {})

@@ -1,4 +1,5 @@
-"""The route store: versioned route specs, the audit log and API keys, in one SQL database.
+"""The route store: versioned route specs, the audit log and API keys, in one SQL database (and
+the stored Responses API answers, ``serving/store/responses.py``, which are not audited).
 
 Off the request path, beside it: the gateway's poller reads :meth:`RouteStore.change_marker` and, when
 it moves, :meth:`RouteStore.current`, then swaps the route table that ``serving.routing`` decides from;
@@ -24,9 +25,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from serving.auth import Role, hash_key, key_prefix, new_key
 from serving.errors import ClientError, ConfigError, Conflict
+from serving.responses_context import StoredResponse
 from serving.routing.canary import hand_edit_action
 from serving.routing.spec import RouteSpec
 from serving.store import audit_log, keys, versions
+from serving.store import responses as stored_responses
 from serving.store.engine import WRITE_OPTION, display_url, is_in_memory_sqlite, open_engine, sqlite_file
 from serving.store.marker_probe import MarkerProbe
 from serving.store.records import ApiKeyRecord, AuditEntry, RouteVersion
@@ -293,6 +296,20 @@ class RouteStore:
             return keys.revoke(conn, name, at=self._clock(), actor=actor)
 
     # ---- internals ---------------------------------------------------------------------------
+
+    # ---- stored responses (/v1/responses) ------------------------------------------------------
+
+    def keep_response(self, record: StoredResponse, expires_at: float) -> None:
+        with self._writing() as conn:
+            stored_responses.keep(conn, record, expires_at)
+
+    def response(self, response_id: str, owner: str) -> StoredResponse | None:
+        with self._reading() as conn:
+            return stored_responses.fetch(conn, response_id, owner, self._clock())
+
+    def drop_response(self, response_id: str, owner: str) -> bool:
+        with self._writing() as conn:
+            return stored_responses.drop(conn, response_id, owner)
 
     def _append(
         self, route: str, *, expected_version: int | None, author: str, next_spec: _NextSpec

@@ -1,4 +1,5 @@
-"""The route store's schema: route versions, the audit log and API keys, as SQLAlchemy Core tables.
+"""The route store's schema: route versions, the audit log, API keys and stored responses, as
+SQLAlchemy Core tables.
 
 Off the request path: the gateway's poller reads these tables (through :class:`serving.store.RouteStore`)
 and swaps the route table it serves from; the admin API, the canary controller and the ``turnout keys``
@@ -75,4 +76,20 @@ Index(
     unique=True,
     sqlite_where=api_keys.c.revoked_at.is_(None),
     postgresql_where=api_keys.c.revoked_at.is_(None),
+)
+
+# Stored Responses API answers (``serving.api.stored_responses``): what ``GET /v1/responses/{id}``
+# returns and a ``previous_response_id`` continues, each readable only by the key that stored
+# it, until it expires. Writes here never touch the audit log, so route pollers ignore them.
+responses = Table(
+    "responses",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=False),
+    Column("response", Text, nullable=False),  # the response object as returned (JSON)
+    Column("input_items", Text, nullable=False),  # its own request's input items (JSON)
+    Column("context", Text, nullable=False),  # every item a follow-up reads (JSON)
+    Index("ix_responses_expires_at", "expires_at"),
 )

@@ -50,7 +50,7 @@ def test_a_response(client: openai.OpenAI) -> None:
     assert message.type == "message" and message.role == "assistant" and message.status == "completed"
     assert reply.usage is not None and reply.usage.output_tokens == 4  # 6 4 0 </s>, as on chat
     assert reply.usage.total_tokens == reply.usage.input_tokens + 4
-    assert reply.metadata == {"team": "qa"} and reply.store is False and reply.max_output_tokens == 8
+    assert reply.metadata == {"team": "qa"} and reply.store is True and reply.max_output_tokens == 8
 
 
 def test_instructions_and_turns_reach_the_model_as_chat_messages(client: openai.OpenAI) -> None:
@@ -108,15 +108,17 @@ def test_the_sdks_stream_helper_rebuilds_the_answer(client: openai.OpenAI) -> No
 
 
 def test_what_this_gateway_cannot_do_is_a_400_naming_it(client: openai.OpenAI, gateway_url: str) -> None:
-    with pytest.raises(openai.BadRequestError) as refused:
+    with pytest.raises(openai.NotFoundError) as unknown:
         client.responses.create(model="turnout-tiny", input="hi", previous_response_id="resp_1")
-    assert refused.value.param == "previous_response_id" and "stores no responses" in refused.value.message
+    assert (
+        unknown.value.param == "previous_response_id" and unknown.value.code == "previous_response_not_found"
+    )
     with pytest.raises(openai.BadRequestError) as refused:  # the embedded engine's refusal, in our names
         client.responses.create(model="turnout-tiny", input="hi", text={"format": {"type": "json_object"}})
     assert refused.value.param == "text.format" and "'text.format' is not supported" in refused.value.message
     with pytest.raises(openai.NotFoundError) as missing:
         client.responses.retrieve("resp_abc")
-    assert "keeps no responses" in missing.value.message
+    assert "No response with id 'resp_abc' found" in missing.value.message
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="no-such-model", input="hi")
     assert httpx.get(f"{gateway_url}/health").status_code == 200  # and it keeps serving

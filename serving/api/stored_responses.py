@@ -1,0 +1,134 @@
+"""Stored Responses API answers at the edge: keep them, continue them, and serve them back.
+
+Where it sits: ``serving.api.openai_routes`` asks :func:`recall` for a ``/v1/responses`` request
+before it becomes the chat request the gateway runs (a ``previous_response_id``'s context is read
+from the store into it), and the :class:`ResponseMemory` it returns keeps the finished answer
+(``store`` not false, and the config's ``responses.store`` on), before the answer is returned or
+the stream's last event sent, so a follow-up finds it at once, from any gateway on the store.
+``GET``/``DELETE /v1/responses/{id}`` and ``GET …/input_items`` are served here. A stored answer
+is its key's: another key, or an anonymous caller, is told it does not exist. The store holds it
+for ``responses.retention_s``. The items and the context are made by ``serving.responses_context``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from serving.api.errors import error_response
+from serving.api.state import AppState
+from serving.auth import Principal
+from serving.errors import ClientError, NotFound
+from serving.responses_context import StoredResponse, input_items, listed_items, stored
+from serving.responses_input import unsupported
+from serving.responses_protocol import NO_STORE, ResponsesRequest
+
+log = logging.getLogger("turnout")
+
+
+@dataclass(slots=True)
+class ResponseMemory:
+    """One request's link to the store: the answer's id, whether it is kept, what it continues."""
+
+    state: AppState
+    owner: str
+    rid: str  # the response's own id after "resp_": random, never the client's x-request-id
+    keep: bool
+    previous: StoredResponse | None
+    wire_input: str | list[Any]  # the request's input, as sent: its items are stored with it
+
+    async def remember(self, response: dict[str, Any]) -> None:
+        """Keep the finished ``response`` (when it is to be kept). A store that fails is logged and
+        the answer then says ``store: false``: the answer itself is not lost for it."""
+        if not self.keep:
+            return
+        items = input_items(self.wire_input, self.rid)
+        record = stored(self.owner, time.time(), response, items, self.previous)
+        retention = self.state.gateway.config.responses.retention_s
+        try:
+            await asyncio.to_thread(self.state.store.keep_response, record, record.created_at + retention)
+        except Exception:
+            log.exception("response %s not stored", response.get("id"))
+            response["store"] = False
+
+
+def owner_of(principal: Principal) -> str:
+    """Whose stored answers a caller reads: its key's own (not its name's, which a later key may
+    take), or every anonymous caller's."""
+    return principal.limit_key
+
+
+async def recall(state: AppState, principal: Principal, wire: ResponsesRequest) -> ResponseMemory:
+    """The request's memory; its ``previous_response_id``'s context is set on ``wire``. A 404 when
+    this key stored no such answer (or it expired), a 400 when this gateway stores none."""
+    settings = state.gateway.config.responses
+    owner = owner_of(principal)
+    previous = None
+    if wire.previous_response_id is not None:
+        if not settings.store:
+            raise unsupported(f"previous_response_id: {NO_STORE}", "previous_response_id")
+        previous = await asyncio.to_thread(state.store.response, wire.previous_response_id, owner)
+        if previous is None:
+            raise NotFound(
+                f"Previous response with id '{wire.previous_response_id}' not found.",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        wire.continuing(previous.context)
+    keep = settings.store and wire.store is not False
+    return ResponseMemory(state, owner, secrets.token_hex(12), keep, previous, wire.input)
+
+
+def _json(body: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def stored_response(request: Request) -> Response:
+    """``GET``/``DELETE /v1/responses/{id}``, ``GET …/input_items``, ``POST …/cancel``."""
+    state: AppState = request.app.state.turnout
+    principal = await state.access.client(
+        request.headers.get("authorization"), request.headers.get("api-key")
+    )
+    response_id, _, rest = request.path_params["rest"].partition("/")
+    if not state.gateway.config.responses.store:
+        message = f"No response with id '{response_id}' is stored here: {NO_STORE} of previous_response_id"
+        return error_response(NotFound(message, param="response_id", code="response_not_found"), {})
+    action = (request.method, rest)
+    if action not in (("GET", ""), ("DELETE", ""), ("GET", "input_items"), ("POST", "cancel")):
+        return error_response(NotFound(f"No route {request.method} /v1/responses/{response_id}/{rest}"), {})
+    owner = owner_of(principal)
+    found = await asyncio.to_thread(state.store.response, response_id, owner)
+    if found is None:
+        message = f"No response with id '{response_id}' found (or it expired)."
+        return error_response(NotFound(message, param="response_id", code="response_not_found"), {})
+    if action == ("DELETE", ""):
+        await asyncio.to_thread(state.store.drop_response, response_id, owner)
+        return _json({"id": response_id, "object": "response", "deleted": True})
+    if action == ("POST", "cancel"):
+        message = "Only background responses can be cancelled; this one has finished (none run here)"
+        return error_response(ClientError(message, param="response_id", code="not_cancellable"), {})
+    if rest == "input_items":
+        return _json(_input_items_page(request, found))
+    return _json(found.response)
+
+
+def _input_items_page(request: Request, found: StoredResponse) -> dict[str, Any]:
+    query = request.query_params
+    try:
+        limit = int(query.get("limit", "20"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        raise ClientError("limit: must be a whole number from 1 to 100", param="limit")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise ClientError("order: must be asc or desc", param="order")
+    return listed_items(found.input_items, limit=limit, order=order, after=query.get("after"))

@@ -1,0 +1,76 @@
+"""Stored Responses API answers without a server: the items kept, the context a follow-up reads,
+a page of input items, and the store's owner and expiry rules (SQLite in memory)."""
+
+from __future__ import annotations
+
+from serving.responses_context import input_items, listed_items, stored
+from serving.responses_protocol import ResponsesRequest
+from serving.store import RouteStore
+
+
+def _answer(rid: str, text: str) -> dict[str, object]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    message = {
+        "id": f"msg_{rid}",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [part],
+    }
+    return {"id": f"resp_{rid}", "object": "response", "output": [message]}
+
+
+def test_input_becomes_items_with_ids_and_a_chain_reads_every_turn_but_instructions() -> None:
+    assert input_items("12+34=", "r1") == [
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "12+34="}],
+            "id": "msg_r1_0",
+        }
+    ]
+    calls = input_items([{"type": "function_call_output", "call_id": "c", "output": "4"}], "r9")
+    assert calls[0]["id"] == "fco_r9_0" and calls[0]["output"] == "4"
+    first = stored("k", 1.0, _answer("r1", "640"), input_items("12+34=", "r1"), None)
+    second = stored("k", 2.0, _answer("r2", "10"), input_items("05+05=", "r2"), first)
+    assert [item["id"] for item in second.context] == ["msg_r1_0", "msg_r1", "msg_r2_0", "msg_r2"]
+    wire = ResponsesRequest.model_validate({"model": "m", "input": "01+02=", "instructions": "Add."})
+    wire.continuing(second.context)
+    assert wire.message_dicts() == [
+        {"role": "system", "content": "Add."},
+        {"role": "user", "content": [{"type": "text", "text": "12+34="}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "640"}]},
+        {"role": "user", "content": [{"type": "text", "text": "05+05="}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "10"}]},
+        {"role": "user", "content": "01+02="},
+    ]
+
+
+def test_input_items_are_listed_a_page_at_a_time() -> None:
+    items = [{"id": f"i{n}"} for n in range(5)]
+    newest = listed_items(items, limit=2, order="desc", after=None)
+    assert [i["id"] for i in newest["data"]] == ["i4", "i3"] and newest["has_more"] is True
+    rest = listed_items(items, limit=10, order="desc", after=newest["last_id"])
+    assert [i["id"] for i in rest["data"]] == ["i2", "i1", "i0"] and rest["has_more"] is False
+    assert listed_items(items, limit=2, order="asc", after="i3")["data"] == [{"id": "i4"}]
+    assert listed_items(items, limit=2, order="asc", after="nope")["data"] == []
+
+
+def test_the_store_gives_an_answer_to_its_key_alone_until_it_expires() -> None:
+    now = [100.0]
+    store = RouteStore("sqlite://", clock=lambda: now[0])
+    try:
+        record = stored("alice", 100.0, _answer("r1", "640"), input_items("12+34=", "r1"), None)
+        store.keep_response(record, expires_at=160.0)
+        assert store.response("resp_r1", "alice") == record
+        assert store.response("resp_r1", "bob") is None and not store.drop_response("resp_r1", "bob")
+        now[0] = 160.0
+        assert store.response("resp_r1", "alice") is None  # expired: never read again
+        later = stored("alice", 170.0, _answer("r2", "10"), input_items("05+05=", "r2"), None)
+        store.keep_response(later, expires_at=230.0)  # a write purges what has expired
+        now[0] = 100.0
+        assert store.response("resp_r1", "alice") is None and store.response("resp_r2", "alice") == later
+        assert store.drop_response("resp_r2", "alice") and store.response("resp_r2", "alice") is None
+        assert store.change_marker() == 0  # no audit row: route pollers stay asleep
+    finally:
+        store.close()
