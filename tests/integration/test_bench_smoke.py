@@ -10,6 +10,7 @@ from pathlib import Path
 
 from deploy.triton_runtime import TritonServer
 from deploy.vllm_runtime import VllmServer
+from tests.integration.engines import triton_install_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,9 +55,10 @@ def test_embedded_engine_bench_prints_its_table() -> None:
 
 
 def test_embeddings_bench_prints_its_table() -> None:
-    out = run("bench/embeddings.py", "--seconds", "0.2", "--turns", "1", "--batch", "4")
-    for precision in ("fp32", "int8", "int4"):
-        assert re.search(rf"^{precision} +\d+\.\d\d +\d+\.\d\d +\d+ +\d+ +\d+ +\d+\.\d\dx$", out, re.M), out
+    triton_install_or_skip()  # --triton starts the shipped repository in a real tritonserver
+    out = run("bench/embeddings.py", "--seconds", "0.2", "--turns", "1", "--batch", "4", "--triton")
+    for row in ("fp32", "int8", "int4", "triton-http", "triton-grpc"):
+        assert re.search(rf"^{row} +\d+\.\d\d +\d+\.\d\d +\d+ +\d+ +\d+ +\d+\.\d\dx$", out, re.M), out
 
 
 def test_gateway_overhead_bench_prints_its_table() -> None:
