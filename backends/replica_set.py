@@ -7,7 +7,8 @@ per replica: :class:`OpenAIHttpBackend` (vLLM, trtllm-serve, SGLang, another Tur
 :class:`TritonBackend` (each Triton server's own metrics port is scraped for its
 ``nv_inference_pending_request_count``). Per request it asks the pure policy
 (``serving.routing.balance.choose``) with each replica's in-flight count, kept here, and
-the engine figures ``backends.load_probe`` last scraped, then calls that replica.
+the engine figures ``backends.load_probe`` last scraped (and, under ``prefix_affinity``, the
+request's prefix key), then calls that replica.
 
 A replica that cannot be reached (:class:`BackendUnavailable`) is marked unhealthy until
 a probe that started after the failure reaches it again, and the request is sent once
@@ -39,6 +40,7 @@ from backends.settings import BalanceSettings, OpenAIHttpSettings, TritonSetting
 from serving.errors import BackendUnavailable
 from serving.metrics import ReplicaFigures
 from serving.routing.balance import ReplicaLoad, choose
+from serving.routing.prefix_key import prefix_key
 
 T = TypeVar("T")
 
@@ -95,8 +97,10 @@ class _Replica:
     def view(self, index: int) -> ReplicaLoad:
         load = self.load
         if load is None:
-            return ReplicaLoad(index, self.healthy, self.in_flight)
-        return ReplicaLoad(index, self.healthy, self.in_flight, load.waiting, load.running, load.kv_usage)
+            return ReplicaLoad(index, self.healthy, self.url, self.in_flight)
+        return ReplicaLoad(
+            index, self.healthy, self.url, self.in_flight, load.waiting, load.running, load.kv_usage
+        )
 
 
 class ReplicaSetBackend:
@@ -121,6 +125,7 @@ class ReplicaSetBackend:
         self.info: BackendInfo = self.replicas[0].backend.info
         balance: BalanceSettings = settings.balance
         self.policy = balance.policy
+        self._balance = balance
         self._draw = draw
         probe_args = {} if clock is None else {"clock": clock}
         self.probe = LoadProbe(
@@ -160,9 +165,16 @@ class ReplicaSetBackend:
         replica.healthy, replica.load = False, None
         replica.down_since = self.probe.clock()
 
-    def pick(self, exclude: int | None = None) -> int:
+    def affinity(self, request: GenerateRequest) -> bytes | None:
+        """The request's prefix key under ``prefix_affinity`` (``serving.routing.prefix_key``)."""
+        if self.policy != "prefix_affinity":
+            return None
+        return prefix_key(request, self._balance.prefix_chars)
+
+    def pick(self, exclude: int | None = None, affinity: bytes | None = None) -> int:
         loads = [r.view(i) for i, r in enumerate(self.replicas) if i != exclude]
-        index = choose(loads, self.policy, (self._draw(), self._draw()))
+        draws = (self._draw(), self._draw())
+        index = choose(loads, self.policy, draws, affinity, self._balance.max_imbalance)
         self.replicas[index].picked += 1
         return index
 
@@ -198,22 +210,23 @@ class ReplicaSetBackend:
         finally:
             replica.in_flight -= 1
 
-    async def _call(self, call: Callable[[Backend], Awaitable[T]]) -> T:
+    async def _call(self, call: Callable[[Backend], Awaitable[T]], affinity: bytes | None = None) -> T:
         """``call`` on the replica the policy picks; once more on another if that one is unreachable."""
-        index = self.pick()
+        index = self.pick(affinity=affinity)
         try:
             return await self._call_on(index, call)
         except BackendUnavailable:
-            return await self._call_on(self.pick(exclude=index), call)
+            return await self._call_on(self.pick(exclude=index, affinity=affinity), call)
 
     async def complete(self, request: GenerateRequest) -> Completion:
-        return await self._call(lambda backend: backend.complete(request))
+        return await self._call(lambda backend: backend.complete(request), self.affinity(request))
 
     async def embed(self, request: EmbedRequest) -> Embeddings:
         return await self._call(lambda backend: embedder(backend, self.name).embed(request))
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        index = self.pick()
+        affinity = self.affinity(request)
+        index = self.pick(affinity=affinity)
         for attempt in (1, 2):
             replica = self.replicas[index]
             replica.in_flight += 1
@@ -233,4 +246,4 @@ class ReplicaSetBackend:
                 closer = getattr(upstream, "aclose", None)
                 if closer is not None:
                     await closer()
-            index = self.pick(exclude=index)
+            index = self.pick(exclude=index, affinity=affinity)

@@ -71,7 +71,12 @@ class TimeoutSettings(StrictModel):
 class BalanceSettings(StrictModel):
     """How a variant with ``replicas`` spreads requests (``serving/routing/balance.py``)."""
 
-    policy: Literal["least_loaded", "power_of_two"] = "power_of_two"
+    policy: Literal["least_loaded", "power_of_two", "prefix_affinity"] = "power_of_two"
+    # prefix_affinity: requests whose first prefix_chars characters match go to the same replica
+    # (its prefix cache serves them) while it holds fewer than max_imbalance requests more than
+    # the least loaded one; past that, the next replica in their ranking takes them.
+    prefix_chars: Annotated[int, Field(ge=16, le=1_000_000)] = 2048
+    max_imbalance: Annotated[float, Field(ge=0)] = 10.0
     # How often each replica's own /metrics is scraped (``backends/load_probe.py``).
     probe_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     probe_timeout_s: Annotated[float, Field(gt=0, le=60)] = 0.5

@@ -12,7 +12,7 @@ import pytest
 from backends.load_probe import NO_FIGURES, EngineLoad, metrics_url, parse_load
 from backends.settings import OpenAIHttpSettings
 from serving.metrics import GatewayMetrics
-from serving.routing.balance import KV_FULL_AT, ReplicaLoad, choose, score
+from serving.routing.balance import KV_FULL_AT, ReplicaLoad, choose, ranking, score
 
 L = ReplicaLoad
 DRAWS = [(a / 10, b / 10) for a in range(10) for b in range(10)]
@@ -147,3 +147,55 @@ def test_settings_default_to_one_server_and_refuse_duplicate_replicas() -> None:
         OpenAIHttpSettings.model_validate(
             {"base_url": "http://a:1/v1", "model": "m", "balance": {"policy": "least_loaded", "x": 1}}
         )
+
+
+def _key(text: str) -> bytes:
+    return text.encode()
+
+
+def test_prefix_affinity_sends_a_prefix_to_its_replica_while_it_is_not_overloaded() -> None:
+    names = [f"http://10.0.0.{i}:8000/v1" for i in range(4)]
+    idle = [L(i, name=name) for i, name in enumerate(names)]
+    homes = {text: choose(idle, "prefix_affinity", (0.0, 0.0), _key(text)) for text in map(str, range(200))}
+    assert set(Counter(homes.values())) == {0, 1, 2, 3}  # prefixes spread over every replica
+    assert all(choose(idle, "prefix_affinity", (0.9, 0.1), _key(t)) == home for t, home in homes.items())
+    text, home = next(iter(homes.items()))
+    order = [load.index for load in ranking(idle, _key(text))]
+    assert order[0] == home
+    busy = [L(i, name=name, in_flight=9 if i == home else 0) for i, name in enumerate(names)]
+    assert choose(busy, "prefix_affinity", (0.0, 0.0), _key(text)) == home  # 9 more: still its own
+    hot = [L(i, name=name, in_flight=10 if i == home else 0) for i, name in enumerate(names)]
+    assert choose(hot, "prefix_affinity", (0.0, 0.0), _key(text)) == order[1]  # spills to its next
+    assert choose(hot, "prefix_affinity", (0.0, 0.0), _key(text), max_imbalance=11) == home
+    assert choose(busy, "prefix_affinity", (0.0, 0.0), _key(text), max_imbalance=0) != home  # least loaded
+    down = [L(i, healthy=i != home, name=name) for i, name in enumerate(names)]
+    assert choose(down, "prefix_affinity", (0.0, 0.0), _key(text)) == order[1]
+    # A replica added or removed moves only the keys it gains or loses.
+    fewer = [load for load in idle if load.index != 3]
+    moved = [
+        t for t, h in homes.items() if h != 3 and choose(fewer, "prefix_affinity", (0.0, 0.0), _key(t)) != h
+    ]
+    assert moved == []
+    assert choose(idle, "prefix_affinity", (0.0, 0.99), None) in range(4)  # no key: power of two
+
+
+def test_a_requests_prefix_key_reads_its_start_alike_across_turns() -> None:
+    from backends.base import GenerateRequest, SamplingParams
+    from serving.routing.prefix_key import prefix_key
+
+    def chat(*contents: str) -> GenerateRequest:
+        roles = ["system", "user", "assistant", "user"]
+        messages = [{"role": roles[i % 4], "content": c} for i, c in enumerate(contents)]
+        return GenerateRequest("chat", SamplingParams(), messages=messages)
+
+    system = "You are a careful assistant. " * 10  # 290 characters
+    first, later = chat(system, "question one"), chat(system, "question one", "answer", "question two")
+    assert prefix_key(first, 64) == prefix_key(later, 64) == prefix_key(chat(system, "other"), 64)
+    assert prefix_key(first, 4096) != prefix_key(later, 4096)  # all of it read: they differ
+    assert prefix_key(chat("another system prompt", "question one"), 64) != prefix_key(first, 64)
+    text = GenerateRequest("completion", SamplingParams(), prompt="the red fox " * 20)
+    same = GenerateRequest("completion", SamplingParams(), prompt="the red fox " * 30)
+    assert prefix_key(text, 100) == prefix_key(same, 100) != prefix_key(text, 1000)
+    ids = GenerateRequest("completion", SamplingParams(), prompt_ids=[1, 5, 6, 7])
+    assert prefix_key(ids, 64) is not None
+    assert prefix_key(GenerateRequest("completion", SamplingParams(), prompt=""), 64) is None
