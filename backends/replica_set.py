@@ -8,7 +8,8 @@ per replica: :class:`OpenAIHttpBackend` (vLLM, trtllm-serve, SGLang, another Tur
 ``nv_inference_pending_request_count``). Per request it asks the pure policy
 (``serving.routing.balance.choose``) with each replica's in-flight count, kept here, and
 the engine figures ``backends.load_probe`` last scraped (and, under ``prefix_affinity``, the
-request's prefix key), then calls that replica.
+replica its prompt's start last went to: ``serving.routing.prefix_index``), then calls that
+replica.
 
 A replica that cannot be reached (:class:`BackendUnavailable`) is marked unhealthy until
 a probe that started after the failure reaches it again, and the request is sent once
@@ -40,7 +41,7 @@ from backends.settings import BalanceSettings, OpenAIHttpSettings, TritonSetting
 from serving.errors import BackendUnavailable
 from serving.metrics import ReplicaFigures
 from serving.routing.balance import ReplicaLoad, choose
-from serving.routing.prefix_key import prefix_key
+from serving.routing.prefix_index import PrefixIndex, prompt_blocks, prompt_start
 
 T = TypeVar("T")
 
@@ -126,6 +127,7 @@ class ReplicaSetBackend:
         balance: BalanceSettings = settings.balance
         self.policy = balance.policy
         self._balance = balance
+        self.prefixes = PrefixIndex()  # under prefix_affinity: where each prompt start went
         self._draw = draw
         probe_args = {} if clock is None else {"clock": clock}
         self.probe = LoadProbe(
@@ -165,16 +167,21 @@ class ReplicaSetBackend:
         replica.healthy, replica.load = False, None
         replica.down_since = self.probe.clock()
 
-    def affinity(self, request: GenerateRequest) -> bytes | None:
-        """The request's prefix key under ``prefix_affinity`` (``serving.routing.prefix_key``)."""
+    def affinity(self, request: GenerateRequest) -> list[bytes]:
+        """The request's start as block hashes, under ``prefix_affinity`` (else none)."""
         if self.policy != "prefix_affinity":
-            return None
-        return prefix_key(request, self._balance.prefix_chars)
+            return []
+        return prompt_blocks(prompt_start(request, self._balance.prefix_chars))
 
-    def pick(self, exclude: int | None = None, affinity: bytes | None = None) -> int:
+    def pick(self, exclude: int | None = None, blocks: list[bytes] | None = None) -> int:
+        """The replica for the next request; under ``prefix_affinity`` the one that took the
+        longest known run of its ``blocks``, unless it is overloaded, and it is recorded there."""
         loads = [r.view(i) for i, r in enumerate(self.replicas) if i != exclude]
+        preferred = self.prefixes.match(blocks) if blocks else None
         draws = (self._draw(), self._draw())
-        index = choose(loads, self.policy, draws, affinity, self._balance.max_imbalance)
+        index = choose(loads, self.policy, draws, preferred, self._balance.max_imbalance)
+        if blocks:
+            self.prefixes.record(blocks, self.replicas[index].url)
         self.replicas[index].picked += 1
         return index
 
@@ -210,13 +217,13 @@ class ReplicaSetBackend:
         finally:
             replica.in_flight -= 1
 
-    async def _call(self, call: Callable[[Backend], Awaitable[T]], affinity: bytes | None = None) -> T:
+    async def _call(self, call: Callable[[Backend], Awaitable[T]], blocks: list[bytes] | None = None) -> T:
         """``call`` on the replica the policy picks; once more on another if that one is unreachable."""
-        index = self.pick(affinity=affinity)
+        index = self.pick(blocks=blocks)
         try:
             return await self._call_on(index, call)
         except BackendUnavailable:
-            return await self._call_on(self.pick(exclude=index, affinity=affinity), call)
+            return await self._call_on(self.pick(exclude=index, blocks=blocks), call)
 
     async def complete(self, request: GenerateRequest) -> Completion:
         return await self._call(lambda backend: backend.complete(request), self.affinity(request))
@@ -225,8 +232,8 @@ class ReplicaSetBackend:
         return await self._call(lambda backend: embedder(backend, self.name).embed(request))
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        affinity = self.affinity(request)
-        index = self.pick(affinity=affinity)
+        blocks = self.affinity(request)
+        index = self.pick(blocks=blocks)
         for attempt in (1, 2):
             replica = self.replicas[index]
             replica.in_flight += 1
@@ -246,4 +253,4 @@ class ReplicaSetBackend:
                 closer = getattr(upstream, "aclose", None)
                 if closer is not None:
                     await closer()
-            index = self.pick(exclude=index, affinity=affinity)
+            index = self.pick(exclude=index, blocks=blocks)

@@ -72,10 +72,10 @@ class BalanceSettings(StrictModel):
     """How a variant with ``replicas`` spreads requests (``serving/routing/balance.py``)."""
 
     policy: Literal["least_loaded", "power_of_two", "prefix_affinity"] = "power_of_two"
-    # prefix_affinity: requests whose first prefix_chars characters match go to the same replica
-    # (its prefix cache serves them) while it holds fewer than max_imbalance requests more than
-    # the least loaded one; past that, the next replica in their ranking takes them.
-    prefix_chars: Annotated[int, Field(ge=16, le=1_000_000)] = 2048
+    # prefix_affinity: a request goes to the replica that took the longest start of its prompt
+    # (of its first prefix_chars characters; its prefix cache holds it) while that one holds
+    # fewer than max_imbalance requests more than the least loaded; else as power_of_two.
+    prefix_chars: Annotated[int, Field(ge=128, le=1_000_000)] = 8192
     max_imbalance: Annotated[float, Field(ge=0)] = 10.0
     # How often each replica's own /metrics is scraped (``backends/load_probe.py``).
     probe_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0

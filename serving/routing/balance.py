@@ -21,19 +21,16 @@ orders replicas with equal request counts; above it, each 1% more adds one reque
 worth (a full cache scores like ten extra requests), because new work there waits or
 preempts. Unhealthy replicas are left out unless every replica is unhealthy.
 
-``prefix_affinity`` sends requests that begin alike to the same replica, so its engine's prefix
-cache (vLLM's automatic prefix caching, TensorRT-LLM's KV reuse) serves their common start: the
-caller passes a key made from the prompt's first characters (``serving.routing.prefix_key``);
-replicas are ranked for it by rendezvous hashing (``sha256(key, replica name)``: adding or
-removing a replica moves only the keys it gains or loses), and the first whose score is less
-than ``max_imbalance`` above the least loaded replica's takes it (as Ray Serve LLM's prefix-aware
-router weighs balance against locality): a hot prefix spills to the next replica in its ranking
-rather than queueing on one. A request with no key falls back to ``power_of_two``.
+``prefix_affinity`` keeps requests that begin alike on one replica, so its engine's prefix cache
+(vLLM's automatic prefix caching, TensorRT-LLM's KV reuse) serves their common start: the caller
+passes the replica that served the longest known start of this prompt
+(``serving.routing.prefix_index``), and that replica takes the request unless it holds
+``max_imbalance`` or more requests than the least loaded one (as Ray Serve LLM's prefix-aware
+router weighs balance against locality); otherwise, or with no such replica, ``power_of_two``.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -50,7 +47,7 @@ class ReplicaLoad:
 
     index: int
     healthy: bool = True
-    name: str = ""  # what rendezvous hashing ranks it by (its URL): stable when others come or go
+    name: str = ""  # its URL: what ``prefix_affinity``'s preferred replica is named by
     in_flight: int = 0
     waiting: float | None = None
     running: float | None = None
@@ -71,29 +68,11 @@ def _slot(draw: float, n: int) -> int:
     return min(n - 1, max(0, int(draw * n)))
 
 
-def ranking(pool: Sequence[ReplicaLoad], key: bytes) -> list[ReplicaLoad]:
-    """``pool`` in rendezvous order for ``key``: the highest ``sha256(key, name)`` first."""
-
-    def weight(load: ReplicaLoad) -> bytes:
-        return hashlib.sha256(key + b"\0" + (load.name or str(load.index)).encode()).digest()
-
-    return sorted(pool, key=weight, reverse=True)
-
-
-def _by_affinity(pool: Sequence[ReplicaLoad], key: bytes, max_imbalance: float) -> int:
-    scores = {load.index: score(load) for load in pool}
-    least = min(scores.values())
-    for load in ranking(pool, key):
-        if scores[load.index] - least < max_imbalance:
-            return load.index
-    return min(pool, key=lambda load: scores[load.index]).index  # max_imbalance 0: the least loaded
-
-
 def choose(
     loads: Sequence[ReplicaLoad],
     policy: BalancePolicy,
     random_pair: tuple[float, float],
-    affinity: bytes | None = None,
+    preferred: str | None = None,
     max_imbalance: float = 10.0,
 ) -> int:
     """The ``index`` of the replica that takes the next request.
@@ -101,9 +80,9 @@ def choose(
     ``least_loaded``: the lowest score; ties are broken by the first draw (so equal
     replicas share sequential traffic evenly instead of the first taking it all).
     ``power_of_two``: two distinct replicas picked by the two draws; the lower score wins,
-    the first pick on a tie. ``prefix_affinity``: the first replica in ``affinity``'s
-    rendezvous ranking less than ``max_imbalance`` (requests) above the least loaded; without
-    a key, ``power_of_two``.
+    the first pick on a tie. ``prefix_affinity``: the replica named ``preferred`` (by its
+    ``name``) when it is healthy and less than ``max_imbalance`` requests above the least
+    loaded; else ``power_of_two``.
     """
     if not loads:
         raise ValueError("no replicas to choose from")
@@ -111,8 +90,11 @@ def choose(
     n = len(pool)
     if n == 1:
         return pool[0].index
-    if policy == "prefix_affinity" and affinity is not None:
-        return _by_affinity(pool, affinity, max_imbalance)
+    if policy == "prefix_affinity" and preferred is not None:
+        least = min(score(load) for load in pool)
+        for load in pool:
+            if load.name == preferred and score(load) - least < max_imbalance:
+                return load.index
     first, second = random_pair
     if policy == "least_loaded":
         scores = [score(load) for load in pool]

@@ -80,6 +80,17 @@ def test_control_plane_bench_prints_its_ratios() -> None:
     assert "target routed p50 <= 1.10x plain" in out
 
 
+def test_prefix_affinity_bench_prints_its_table(vllm: VllmServer) -> None:
+    """The session's one vLLM server as both replicas (two names for it: the figures mean nothing
+    here, the bench's path runs); the bench starts two servers of its own when not given URLs."""
+    other = vllm.base_url.replace("127.0.0.1", "localhost")
+    out = run("bench/prefix_affinity.py", "--documents", "2", "--questions", "2", "--words", "150",
+              "--vllm-url", vllm.base_url, "--vllm-url", other)  # fmt: skip
+    for policy in ("spread", "affinity"):
+        assert re.search(rf"^{policy} +\d+ +\d+\.\d% +\d+ +\d+\.\d +\d+ / \d+$", out, re.M), out
+    assert re.search(r"^prompt tokens computed, affinity / spread: \d+\.\d\dx$", out, re.M), out
+
+
 def test_real_backends_bench_prints_its_table(vllm: VllmServer, triton: TritonServer) -> None:
     """Against the session's vLLM and Triton (the bench starts its own when not given URLs)."""
     out = run(

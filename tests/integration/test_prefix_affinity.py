@@ -3,9 +3,10 @@
 Three fault servers play three vLLM replicas of one variant, through a real gateway process;
 each counts what it served (``/stats``) and reports the queue the test sets (``POST /load``) in
 vLLM's metric names, which the gateway scrapes every 0.2 s. Requests sharing a system prompt
-(the first 64 characters, ``prefix_chars``) all land on one replica, whole or streamed, while
-different prompts spread over all three; once that replica's queue is ``max_imbalance`` requests
-longer than the others', they go on to the next replica of their ranking, all of them.
+(different questions after it) all land on one replica, whole or streamed, and so do a
+conversation's later turns, while different prompts spread over all three; once that replica's
+queue is ``max_imbalance`` requests longer than the others', the prompt moves, all of it, to
+another replica, where it then stays.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ def servers() -> Iterator[list[FaultServer]]:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, servers: list[FaultServer]) -> Iterator[Launched]:
-    balance = {"policy": "prefix_affinity", "prefix_chars": 64, "max_imbalance": 5,
-               "probe_interval_s": 0.2, "probe_timeout_s": 2.0}  # fmt: skip
+    balance = {
+        "policy": "prefix_affinity",
+        "max_imbalance": 5,
+        "probe_interval_s": 0.2,
+        "probe_timeout_s": 2.0,
+    }
     urls = [server.base_url for server in servers]
     variants = {"pool": replica_variant(*urls, balance=balance)}
     config = write_config(
@@ -64,13 +69,25 @@ def test_a_shared_prefix_stays_on_one_replica_and_others_spread(
     gained = [after - then for after, then in zip(served(servers), before, strict=True)]
     assert sorted(gained) == [0, 0, 30], gained  # whole and streamed alike
     before = served(servers)
+    with httpx.Client(base_url=gateway.url, timeout=30) as client:  # a conversation, turn by turn
+        messages = [{"role": "user", "content": "tell me about routing " * 8}]
+        for turn in range(6):
+            body = {"model": "pool", "messages": messages}
+            answer = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+            messages += [
+                {"role": "assistant", "content": answer["content"]},
+                {"role": "user", "content": f"and {turn}?"},
+            ]
+    turns = [after - then for after, then in zip(served(servers), before, strict=True)]
+    assert sorted(turns) == [0, 0, 6], turns
+    before = served(servers)
     for n in range(60):
         ask(gateway, f"system prompt number {n}: " + SYSTEM, 1)
     spread = [after - then for after, then in zip(served(servers), before, strict=True)]
     assert sum(spread) == 60 and min(spread) >= 10, spread
 
 
-def test_a_loaded_replica_hands_its_prefixes_to_the_next_in_their_ranking(
+def test_a_loaded_replica_hands_a_prompt_on_whole_and_it_stays_there(
     gateway: Launched, servers: list[FaultServer]
 ) -> None:
     before = served(servers)
@@ -83,10 +100,11 @@ def test_a_loaded_replica_hands_its_prefixes_to_the_next_in_their_ranking(
         before = served(servers)
         ask(gateway, SYSTEM, 20, first=100)
         gained = [after - then for after, then in zip(served(servers), before, strict=True)]
-        assert gained[home] == 0 and sorted(gained) == [0, 0, 20], gained  # one next replica, not spread
+        assert gained[home] == 0 and sorted(gained) == [0, 0, 20], gained  # one other replica, not spread
+        moved_to = gained.index(20)
     finally:
         servers[home].set_load(waiting=0, running=0, kv=0)
         eventually(lambda: metric_value(gateway.url, gauge, variant="pool", replica=str(home)) == 0, 5.0)
     before = served(servers)
     ask(gateway, SYSTEM, 4, first=200)
-    assert served(servers)[home] - before[home] == 4  # back home once it is not loaded
+    assert served(servers)[moved_to] - before[moved_to] == 4  # its cache is there now

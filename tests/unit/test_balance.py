@@ -12,7 +12,7 @@ import pytest
 from backends.load_probe import NO_FIGURES, EngineLoad, metrics_url, parse_load
 from backends.settings import OpenAIHttpSettings
 from serving.metrics import GatewayMetrics
-from serving.routing.balance import KV_FULL_AT, ReplicaLoad, choose, ranking, score
+from serving.routing.balance import KV_FULL_AT, ReplicaLoad, choose, score
 
 L = ReplicaLoad
 DRAWS = [(a / 10, b / 10) for a in range(10) for b in range(10)]
@@ -149,53 +149,56 @@ def test_settings_default_to_one_server_and_refuse_duplicate_replicas() -> None:
         )
 
 
-def _key(text: str) -> bytes:
-    return text.encode()
-
-
-def test_prefix_affinity_sends_a_prefix_to_its_replica_while_it_is_not_overloaded() -> None:
+def test_prefix_affinity_prefers_the_named_replica_while_it_is_not_overloaded() -> None:
     names = [f"http://10.0.0.{i}:8000/v1" for i in range(4)]
+    busy = [L(i, name=name, in_flight=9 if i == 2 else 0) for i, name in enumerate(names)]
+    assert choose(busy, "prefix_affinity", (0.0, 0.0), names[2]) == 2  # 9 more than the least: its own
+    hot = [L(i, name=name, in_flight=10 if i == 2 else 0) for i, name in enumerate(names)]
+    assert choose(hot, "prefix_affinity", (0.6, 0.0), names[2]) != 2  # 10 more: balanced by load
+    assert choose(hot, "prefix_affinity", (0.6, 0.0), names[2], max_imbalance=11) == 2
+    down = [L(i, healthy=i != 2, name=name) for i, name in enumerate(names)]
+    assert choose(down, "prefix_affinity", (0.6, 0.0), names[2]) != 2
+    assert choose(busy, "prefix_affinity", (0.6, 0.0), "http://elsewhere/v1") != 2  # gone: by load
     idle = [L(i, name=name) for i, name in enumerate(names)]
-    homes = {text: choose(idle, "prefix_affinity", (0.0, 0.0), _key(text)) for text in map(str, range(200))}
-    assert set(Counter(homes.values())) == {0, 1, 2, 3}  # prefixes spread over every replica
-    assert all(choose(idle, "prefix_affinity", (0.9, 0.1), _key(t)) == home for t, home in homes.items())
-    text, home = next(iter(homes.items()))
-    order = [load.index for load in ranking(idle, _key(text))]
-    assert order[0] == home
-    busy = [L(i, name=name, in_flight=9 if i == home else 0) for i, name in enumerate(names)]
-    assert choose(busy, "prefix_affinity", (0.0, 0.0), _key(text)) == home  # 9 more: still its own
-    hot = [L(i, name=name, in_flight=10 if i == home else 0) for i, name in enumerate(names)]
-    assert choose(hot, "prefix_affinity", (0.0, 0.0), _key(text)) == order[1]  # spills to its next
-    assert choose(hot, "prefix_affinity", (0.0, 0.0), _key(text), max_imbalance=11) == home
-    assert choose(busy, "prefix_affinity", (0.0, 0.0), _key(text), max_imbalance=0) != home  # least loaded
-    down = [L(i, healthy=i != home, name=name) for i, name in enumerate(names)]
-    assert choose(down, "prefix_affinity", (0.0, 0.0), _key(text)) == order[1]
-    # A replica added or removed moves only the keys it gains or loses.
-    fewer = [load for load in idle if load.index != 3]
-    moved = [
-        t for t, h in homes.items() if h != 3 and choose(fewer, "prefix_affinity", (0.0, 0.0), _key(t)) != h
-    ]
-    assert moved == []
-    assert choose(idle, "prefix_affinity", (0.0, 0.99), None) in range(4)  # no key: power of two
+    assert Counter(choose(idle, "prefix_affinity", d, None) for d in DRAWS) == Counter(
+        choose(idle, "power_of_two", d) for d in DRAWS
+    )  # nothing preferred: power of two
 
 
-def test_a_requests_prefix_key_reads_its_start_alike_across_turns() -> None:
+def test_a_prompts_start_is_read_as_chained_blocks_and_the_index_finds_its_longest_run() -> None:
     from backends.base import GenerateRequest, SamplingParams
-    from serving.routing.prefix_key import prefix_key
+    from serving.routing.prefix_index import BLOCK_CHARS, PrefixIndex, prompt_blocks, prompt_start
 
     def chat(*contents: str) -> GenerateRequest:
         roles = ["system", "user", "assistant", "user"]
         messages = [{"role": roles[i % 4], "content": c} for i, c in enumerate(contents)]
         return GenerateRequest("chat", SamplingParams(), messages=messages)
 
-    system = "You are a careful assistant. " * 10  # 290 characters
-    first, later = chat(system, "question one"), chat(system, "question one", "answer", "question two")
-    assert prefix_key(first, 64) == prefix_key(later, 64) == prefix_key(chat(system, "other"), 64)
-    assert prefix_key(first, 4096) != prefix_key(later, 4096)  # all of it read: they differ
-    assert prefix_key(chat("another system prompt", "question one"), 64) != prefix_key(first, 64)
-    text = GenerateRequest("completion", SamplingParams(), prompt="the red fox " * 20)
-    same = GenerateRequest("completion", SamplingParams(), prompt="the red fox " * 30)
-    assert prefix_key(text, 100) == prefix_key(same, 100) != prefix_key(text, 1000)
-    ids = GenerateRequest("completion", SamplingParams(), prompt_ids=[1, 5, 6, 7])
-    assert prefix_key(ids, 64) is not None
-    assert prefix_key(GenerateRequest("completion", SamplingParams(), prompt=""), 64) is None
+    def blocks(request: GenerateRequest, chars: int = 8192) -> list[bytes]:
+        return prompt_blocks(prompt_start(request, chars))
+
+    system = "You are a careful assistant who answers in one line. " * 10  # 530 characters: 4 blocks
+    first, other = blocks(chat(system, "question one")), blocks(chat(system, "a different question"))
+    assert len(first) == len(other) == 4 and first == other  # the questions are in no whole block yet
+    turn_two = blocks(chat(system, "question one", "an answer " * 20, "question two"))
+    assert turn_two[:4] == first and len(turn_two) > 4  # a later turn begins with the earlier ones
+    assert blocks(chat("Another system prompt entirely. " * 20, "question one"))[0] != first[0]
+    assert len(blocks(chat(system, "question one"), chars=300)) == 300 // BLOCK_CHARS
+    index = PrefixIndex(capacity=64)
+    assert index.match(first) is None
+    index.record(first, "a")
+    index.record(turn_two[:6], "b")  # a longer run went elsewhere since
+    assert index.match(turn_two) == "b" and index.match(first) == "b"  # a block moves with its last taker
+    index.record(blocks(chat("x" * 256)), "c")
+    assert index.match(blocks(chat("x" * 256 + "y" * 9000))) is None  # 2 of 64 blocks: too little
+    assert index.match(blocks(chat("x" * 256 + "y" * 1000))) == "c"  # 2 of 9: enough
+    small = PrefixIndex(capacity=5)
+    small.record(turn_two[:6], "a")
+    assert len(small) == 5 and small.match(turn_two[:1]) is None  # the least recently used went
+    completion = GenerateRequest("completion", SamplingParams(), prompt="the red fox " * 30)
+    assert (
+        len(blocks(completion)) == 2
+        and blocks(GenerateRequest("completion", SamplingParams(), prompt="")) == []
+    )
+    ids = GenerateRequest("completion", SamplingParams(), prompt_ids=list(range(100)))
+    assert prompt_start(ids, 20) == "ids:0,1,2,3,4,5,6,7,"
