@@ -76,6 +76,26 @@ def test_any_replicas_metrics_page_counts_every_replicas_requests(cluster: Clust
     assert first == second and len(first) == 2  # the same figures whichever replica answers
 
 
+def test_a_stored_response_is_read_back_and_continued_through_either_gateway_replica(
+    cluster: Cluster,
+) -> None:
+    """Stored Responses API answers live in the route store, which every gateway replica shares."""
+    made = httpx.post(f"{cluster.url}/v1/responses", json={"model": "chat", "input": "hi"}, timeout=30)
+    assert made.status_code == 200 and made.json()["store"] is True, made.text
+    response_id = made.json()["id"]
+
+    def read(_: int) -> tuple[str, int]:
+        reply = httpx.get(f"{cluster.url}/v1/responses/{response_id}", timeout=30)
+        return reply.headers.get("x-turnout-replica", "?"), reply.status_code
+
+    with ThreadPoolExecutor(8) as pool:  # several at a time, so both replicas answer
+        seen = list(pool.map(read, range(32)))
+    assert {status for _, status in seen} == {200} and len({replica for replica, _ in seen}) == 2, seen
+    body = {"model": "chat", "input": "again", "previous_response_id": response_id}
+    follow = httpx.post(f"{cluster.url}/v1/responses", json=body, timeout=30)
+    assert follow.status_code == 200 and follow.json()["previous_response_id"] == response_id
+
+
 def test_two_gateway_replicas_serve_and_an_ab_flip_reaches_both(cluster: Cluster) -> None:
     before = answers(cluster.url, 40)
     assert {answer for _, answer in before} == {"answer from a"}, before
