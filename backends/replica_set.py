@@ -93,6 +93,7 @@ class _Replica:
     down_since: float = float("-inf")  # monotonic time it was marked down by a failed call
     in_flight: int = 0
     picked: int = 0
+    prefix_hits: int = 0  # picked because it took the request's prompt start before
     load: EngineLoad | None = None
 
     def view(self, index: int) -> ReplicaLoad:
@@ -180,9 +181,12 @@ class ReplicaSetBackend:
         preferred = self.prefixes.match(blocks) if blocks else None
         draws = (self._draw(), self._draw())
         index = choose(loads, self.policy, draws, preferred, self._balance.max_imbalance)
+        replica = self.replicas[index]
         if blocks:
-            self.prefixes.record(blocks, self.replicas[index].url)
-        self.replicas[index].picked += 1
+            self.prefixes.record(blocks, replica.url)
+        if preferred is not None and preferred == replica.url:
+            replica.prefix_hits += 1
+        replica.picked += 1
         return index
 
     def replica_stats(self) -> list[ReplicaFigures]:
@@ -200,6 +204,7 @@ class ReplicaSetBackend:
                     waiting=load.waiting if load else None,
                     running=load.running if load else None,
                     kv_usage=load.kv_usage if load else None,
+                    prefix_hits=replica.prefix_hits if self.policy == "prefix_affinity" else None,
                 )
             )
         return figures

@@ -79,6 +79,8 @@ class ReplicaFigures:
     waiting: float | None = None
     running: float | None = None
     kv_usage: float | None = None
+    # Under prefix_affinity: requests sent here because it took their prompt's start before.
+    prefix_hits: int | None = None
 
 
 ReplicaStats = Callable[[], Mapping[str, Sequence[ReplicaFigures]]]
@@ -145,6 +147,11 @@ class _ReplicaCollector(Collector):
         info = GaugeMetricFamily(
             "turnout_backend_replica_info", "1 per replica; its URL", labels=[*labels, "url"]
         )
+        prefix_hits = CounterMetricFamily(
+            "turnout_backend_prefix_hits",
+            "Requests sent to a replica because it took their prompt's start before (prefix_affinity)",
+            labels=labels,
+        )
         for variant, replicas in self._stats().items():
             for figures in replicas:
                 key = [variant, figures.replica]
@@ -159,7 +166,9 @@ class _ReplicaCollector(Collector):
                 healthy.add_metric(key, 1.0 if figures.healthy else 0.0)
                 picked.add_metric(key, figures.picked)
                 info.add_metric([*key, figures.url], 1.0)
-        yield from (waiting, running, kv, in_flight, healthy, picked, info)
+                if figures.prefix_hits is not None:
+                    prefix_hits.add_metric(key, figures.prefix_hits)
+        yield from (waiting, running, kv, in_flight, healthy, picked, info, prefix_hits)
 
 
 # Why serving.http_protocol ended a connection: a head past max_header_bytes (431), a head still

@@ -53,6 +53,11 @@ def served(servers: list[FaultServer]) -> list[int]:
     return [server.stats()["requests"] for server in servers]
 
 
+def prefix_hits(gateway: Launched) -> float:
+    name = "turnout_backend_prefix_hits_total"
+    return sum(metric_value(gateway.url, name, variant="pool", replica=str(i)) for i in range(3))
+
+
 def ask(gateway: Launched, system: str, questions: int, first: int = 0) -> None:
     with httpx.Client(base_url=gateway.url, timeout=30) as client:
         for i in range(first, first + questions):
@@ -68,7 +73,7 @@ def test_a_shared_prefix_stays_on_one_replica_and_others_spread(
     ask(gateway, SYSTEM, 30)
     gained = [after - then for after, then in zip(served(servers), before, strict=True)]
     assert sorted(gained) == [0, 0, 30], gained  # whole and streamed alike
-    before = served(servers)
+    before, hits_before = served(servers), prefix_hits(gateway)
     with httpx.Client(base_url=gateway.url, timeout=30) as client:  # a conversation, turn by turn
         messages = [{"role": "user", "content": "tell me about routing " * 8}]
         for turn in range(6):
@@ -80,6 +85,7 @@ def test_a_shared_prefix_stays_on_one_replica_and_others_spread(
             ]
     turns = [after - then for after, then in zip(served(servers), before, strict=True)]
     assert sorted(turns) == [0, 0, 6], turns
+    assert prefix_hits(gateway) - hits_before == 5  # every turn after the first went where its start had
     before = served(servers)
     for n in range(60):
         ask(gateway, f"system prompt number {n}: " + SYSTEM, 1)
