@@ -67,9 +67,9 @@ def _project_root() -> Path:
 
 def _shim() -> str:
     """The shipped python-backend entry point every ``deploy/triton_repo`` model uses."""
-    from deploy.triton_repo import MODELS_DIR
+    from deploy.triton_repo import PYTHON_MODEL
 
-    return (MODELS_DIR / "turnout_tiny" / "1" / "turnout_tiny.py").read_text()
+    return PYTHON_MODEL.read_text()
 
 
 def ort_model_dir(spec: VariantSpec) -> str:

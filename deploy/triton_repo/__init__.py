@@ -12,12 +12,13 @@ through ONNX Runtime GenAI:
 * ``turnout_tiny_vllm`` — shaped like Triton's vLLM backend (``sampling_parameters`` JSON);
 * ``turnout_tiny_embed`` — texts in, embeddings out (``embed_models``), for ``/v1/embeddings``.
 
-Each model's ``1/<name>.py`` is a small shim: it puts the project root (a model-config
-parameter, relative to the model folder unless absolute) on ``sys.path`` and hands the
-work to the class named by its ``python_class`` parameter (``text_models``,
-``trtllm_models``, ``embed_models``), which reuse ``backends.ortgenai_runner``. The model folder is the
-``model_dir`` parameter. :func:`stage_repository` copies the repository elsewhere with both
-parameters made absolute and a chosen precision, so the source tree is never written to.
+Every python-backend model runs the same small entry point, ``python_model.py``: it puts the
+project root (a model-config parameter, relative to the model folder unless absolute) on
+``sys.path`` and hands the work to the class named by its ``python_class`` parameter
+(``text_models``, ``trtllm_models``, ``embed_models``), which reuse ``backends.ortgenai_runner``.
+The model folder is the ``model_dir`` parameter. :func:`stage_repository` copies the repository
+elsewhere with both parameters made absolute, a chosen precision and the entry point as each
+python-backend model's ``1/model.py``, so the source tree is never written to and holds it once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import shutil
 from pathlib import Path
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
+PYTHON_MODEL = Path(__file__).resolve().parent / "python_model.py"  # each python model's 1/model.py
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MODEL_NAMES = (
     "turnout_tiny",
@@ -64,8 +66,11 @@ def stage_repository(dest: Path, precision: str = "fp32", model_root: Path | Non
         shutil.rmtree(dest)
     shutil.copytree(MODELS_DIR, dest, ignore=shutil.ignore_patterns("__pycache__"))
     for config in dest.glob("*/config.pbtxt"):
-        (config.parent / "1").mkdir(exist_ok=True)  # an ensemble's empty version folder (not in wheels)
-        text = set_parameter(config.read_text(), "project_root", str(PROJECT_ROOT))
+        (config.parent / "1").mkdir(exist_ok=True)  # each model's version folder (not in wheels)
+        text = config.read_text()
+        if 'backend: "python"' in text:
+            shutil.copyfile(PYTHON_MODEL, config.parent / "1" / "model.py")
+        text = set_parameter(text, "project_root", str(PROJECT_ROOT))
         for key in ("model_dir", "tokenizer_dir", "gpt_model_path"):
             text = set_parameter(text, key, str(model_dir))
         config.write_text(text)

@@ -55,7 +55,7 @@ def test_cpu_python_models_carry_the_specs_batching() -> None:
     assert not plain.model_transaction_policy.decoupled and stream.model_transaction_policy.decoupled
     assert [t.name for t in stream.input][-1] == "stream" and "stream" not in [t.name for t in plain.input]
     files = render(load_spec(TINY), "triton")
-    shim = (REPO / "deploy" / "triton_repo" / "models" / "turnout_tiny" / "1" / "turnout_tiny.py").read_text()
+    shim = (REPO / "deploy" / "triton_repo" / "python_model.py").read_text()
     assert files[f"{REPOSITORY}/tiny-cpu-int4/1/model.py"] == shim
 
 

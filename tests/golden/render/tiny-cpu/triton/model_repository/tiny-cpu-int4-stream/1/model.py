@@ -1,4 +1,8 @@
-"""Triton python-backend entry point of this model; the work is done in ``deploy/triton_repo``.
+"""The Triton python-backend entry point of every model here; the work is done in ``deploy/triton_repo``.
+
+One file for all of them: :func:`deploy.triton_repo.stage_repository` writes it as each python-backend
+model's ``1/model.py`` (Triton wants a file in each model's version folder), and
+``deploy.render.triton`` into a rendered repository.
 
 Runs inside ``tritonserver``'s python-backend stub (the engine end of the request path).
 It puts the project root (model-config parameter ``project_root``, relative to this model's
