@@ -29,6 +29,7 @@ from deploy import accelerators
 from deploy.accelerators import Accelerator
 from evals.report_notes import notes
 from evals.report_plots import plots
+from loadtests.report import embeds, tokens_per_s
 
 MAX_ERROR_RATE = 0.01  # a load run with more failed requests gives no speed or cost ratio
 
@@ -177,7 +178,7 @@ def join(
     """One variant's figures: the last load run and the last eval run that measured it (an eval
     of the variant alone over one of a split route that served it part of the time)."""
     load_stats, accelerator, shared, errors, label = None, None, False, None, None
-    load_run: Mapping[str, Any] = {}
+    load_run: dict[str, Any] = {}
     request: tuple[tuple[str, str], ...] | None = None
     for run in loads:
         if variant in run["per_variant"]:
@@ -207,8 +208,8 @@ def join(
             agreement = exact["value"]
             mixed_reference = tuple(split_reference(block.get("agreement")))
         accelerator = accelerator or (source.get("variants", {}).get(variant) or {}).get("accelerator")
-    kind = "input" if load_run.get("endpoint") == "embeddings" else "output"
-    tokens = load_stats[f"{'prompt' if kind == 'input' else 'output'}_tokens_per_s"] if load_stats else None
+    kind = "input" if embeds(load_run) else "output"
+    tokens = tokens_per_s(load_run, load_stats) if load_stats else None
     return Row(
         variant=variant, accuracy=accuracy, accuracy_ci=interval, agreement=agreement,
         ttft_p50_ms=load_stats["ttft_ms"]["p50"] if load_stats else None,
