@@ -21,7 +21,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from backends.base import Backend
 from backends.registry import build_backend
 from serving.access import Access
-from serving.api import admin_keys, admin_routes, embeddings_route, health, openai_routes, stored_responses
+from serving.api import (
+    admin_keys,
+    admin_routes,
+    conversations_route,
+    embeddings_route,
+    health,
+    openai_routes,
+    stored_responses,
+)
 from serving.api import errors as api_errors
 from serving.api.openai_routes import request_id
 from serving.api.state import AppState
@@ -207,6 +215,8 @@ def create_app(
     app.add_route("/v1/models/{model:path}", openai_routes.get_model, methods=["GET"])
     kept = ["GET", "DELETE", "POST"]  # a stored answer, its input items, its deletion
     app.add_route("/v1/responses/{rest:path}", stored_responses.stored_response, methods=kept)
+    app.add_route("/v1/conversations", conversations_route.create_conversation, methods=["POST"])
+    app.add_route("/v1/conversations/{rest:path}", conversations_route.conversation, methods=kept)
     app.add_route("/health", health.health, methods=["GET"])
     app.add_route("/ready", health.ready, methods=["GET"])
     app.add_route("/metrics", health.metrics, methods=["GET"])

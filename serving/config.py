@@ -112,14 +112,18 @@ class ShadowSettings(BaseModel):
 
 class ResponsesSettings(BaseModel):
     """``/v1/responses`` answers kept in the store, as OpenAI keeps them (``store`` defaults to
-    true): ``GET /v1/responses/{id}`` returns one and ``previous_response_id`` continues it."""
+    true): ``GET /v1/responses/{id}`` returns one and ``previous_response_id`` continues it; and
+    the conversations of ``/v1/conversations``, which a response's ``conversation`` continues."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # false: nothing is kept, every answer says store: false (vLLM's default), and
-    # previous_response_id is a 400.
+    # previous_response_id, a response's conversation and /v1/conversations are 400s.
     store: Annotated[bool, Field(strict=True)] = True
     retention_s: Annotated[float, Field(gt=0)] = 86400.0  # then it is gone (OpenAI keeps 30 days)
+    # A conversation (/v1/conversations) is gone this long after its last change (a response in
+    # it, items added or deleted, its metadata); OpenAI keeps them without a limit.
+    conversation_retention_s: Annotated[float, Field(gt=0)] = 30 * 86400.0
 
 
 class BreakerConfig(BaseModel):

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from serving.errors import ClientError
+
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
@@ -49,21 +51,17 @@ def input_items(given: str | list[Any], rid: str) -> list[dict[str, Any]]:
 _PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
-def follow_up(previous: StoredResponse | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The items a request reads before its own input: the earlier response's whole context."""
-    return [*(previous.context if previous is not None else []), *items]
-
-
 def stored(
     owner: str,
     at: float,
     response: dict[str, Any],
     items: list[dict[str, Any]],
-    previous: StoredResponse | None,
+    earlier: list[dict[str, Any]],
 ) -> StoredResponse:
-    """The record of a finished ``response``: its context is what it read (the earlier context,
-    its input) and what it answered (its output items)."""
-    context = [*follow_up(previous, items), *response.get("output", [])]
+    """The record of a finished ``response``: its context is what it read (``earlier``: the
+    previous response's whole context, or its conversation's items; then its input) and what it
+    answered (its output items)."""
+    context = [*earlier, *items, *response.get("output", [])]
     return StoredResponse(str(response["id"]), owner, at, response, items, context)
 
 
@@ -82,3 +80,22 @@ def listed_items(items: list[dict[str, Any]], *, limit: int, order: str, after: 
         "last_id": page[-1]["id"] if page else None,
         "has_more": len(ordered) > len(page),
     }
+
+
+def page_limit(given: str | None) -> int:
+    """A list's ``limit`` query parameter: 1 to 100, the default 20."""
+    try:
+        limit = int(given if given is not None else "20")
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        raise ClientError("limit: must be a whole number from 1 to 100", param="limit")
+    return limit
+
+
+def page_order(given: str | None) -> str:
+    """A list's ``order`` query parameter: asc or desc, the default desc."""
+    order = given or "desc"
+    if order not in ("asc", "desc"):
+        raise ClientError("order: must be asc or desc", param="order")
+    return order

@@ -76,11 +76,12 @@ def _tool_output(item: dict[str, Any], at: str) -> str:
     return _string(item, "output", at)
 
 
-def input_messages(items: list[Any]) -> list[dict[str, Any]]:
-    """``input`` items → chat messages."""
+def input_messages(items: list[Any], field: str = "input") -> list[dict[str, Any]]:
+    """``input`` items → chat messages (``field``: where the items were sent, for a 400's
+    ``param``: a conversation's are its ``items``)."""
     messages: list[dict[str, Any]] = []
     for index, item in enumerate(items):
-        at = f"input.{index}"
+        at = f"{field}.{index}"
         if not isinstance(item, dict):
             raise invalid(f"{at}: must be an input item, an object with a role and content", at)
         kind = item.get("type", "message")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from backends.base import Completion, Usage
+from serving.conversations import conversation_id_of
 from serving.responses_protocol import ResponsesRequest
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -77,6 +78,7 @@ def response_object(
         "output": output or [],
         "parallel_tool_calls": True if wire.parallel_tool_calls is None else wire.parallel_tool_calls,
         "previous_response_id": wire.previous_response_id,
+        "conversation": {"id": talk} if (talk := conversation_id_of(wire.conversation)) else None,
         "reasoning": {"effort": (wire.reasoning or {}).get("effort"), "summary": None},
         "service_tier": wire.service_tier or "default",
         "store": stored,

@@ -12,8 +12,7 @@ refuse as they do on chat. The answer is shaped by ``serving.responses_output`` 
 
 An answer is stored unless the request says ``store: false`` or the gateway's config turns
 storing off (``serving.api.stored_responses``); ``previous_response_id`` continues a stored one
-(:meth:`ResponsesRequest.continuing`). ``conversation`` objects are refused with what to send
-instead.
+and ``conversation`` a conversation of ``/v1/conversations`` (:meth:`ResponsesRequest.continuing`).
 What a chat request cannot carry (hosted tools, files and images, background runs, logprobs)
 is a 400 naming it, never dropped.
 """
@@ -25,6 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, PrivateAttr
 
 from backends.base import GenerateRequest, RequestKind
+from serving.conversations import conversation_id_of
 from serving.errors import TurnoutError
 from serving.protocol import SamplingFields, chat_generates
 from serving.responses_input import chat_tool_choice, chat_tools, input_messages, invalid, unsupported
@@ -32,6 +32,10 @@ from serving.responses_input import chat_tool_choice, chat_tools, input_messages
 NO_STORE = (
     "this gateway stores no responses (every answer says store: false); send the earlier turns "
     "in input instead"
+)
+NO_CONVERSATIONS = (
+    "this gateway keeps no conversations (responses.store is false in its config); send the "
+    "earlier turns in input instead"
 )
 
 
@@ -113,10 +117,10 @@ class ResponsesRequest(SamplingFields):
             if sent or (chat_name != "messages" and getattr(self, chat_name) is not None):
                 hint = f"; the Responses API calls it {ours}" if ours else " (one output per request)"
                 raise unsupported(f"{chat_name} is a chat completions field{hint}", chat_name)
-        if self.conversation is not None:
-            raise unsupported(
-                "conversation: conversations are not kept here; continue a stored response with "
-                "previous_response_id, or send the earlier turns in input",
+        if conversation_id_of(self.conversation) is not None and self.previous_response_id is not None:
+            raise invalid(
+                "conversation and previous_response_id cannot be used together: a response "
+                "continues either a conversation or an earlier response",
                 "conversation",
             )
         if self.background:
@@ -156,7 +160,8 @@ class ResponsesRequest(SamplingFields):
         return False  # Responses' stream_options (include_obfuscation) has none: usage always comes last
 
     def continuing(self, context: list[dict[str, Any]]) -> None:
-        """Read ``context`` (a stored response's items: ``previous_response_id``) before ``input``."""
+        """Read ``context`` (a stored response's items: ``previous_response_id``; or a
+        conversation's) before ``input``."""
         self._context = context
 
     def message_dicts(self) -> list[dict[str, Any]]:

@@ -1,9 +1,10 @@
 """Stored Responses API answers at the edge: keep them, continue them, and serve them back.
 
 Where it sits: ``serving.api.openai_routes`` asks :func:`recall` for a ``/v1/responses`` request
-before it becomes the chat request the gateway runs (a ``previous_response_id``'s context is read
-from the store into it), and the :class:`ResponseMemory` it returns keeps the finished answer
-(``store`` not false, and the config's ``responses.store`` on), before the answer is returned or
+before it becomes the chat request the gateway runs (a ``previous_response_id``'s context, or a
+``conversation``'s items, are read from the store into it), and the :class:`ResponseMemory` it
+returns keeps the finished answer (``store`` not false, and the config's ``responses.store``
+on) and adds its input and output items to its conversation, before the answer is returned or
 the stream's last event sent, so a follow-up finds it at once, from any gateway on the store.
 ``GET``/``DELETE /v1/responses/{id}`` and ``GET …/input_items`` are served here. A stored answer
 is its key's: another key, or an anonymous caller, is told it does not exist. The store holds it
@@ -26,35 +27,60 @@ from starlette.responses import Response
 from serving.api.errors import error_response
 from serving.api.state import AppState
 from serving.auth import Principal
+from serving.conversations import conversation_id_of, with_status
 from serving.errors import ClientError, NotFound
-from serving.responses_context import StoredResponse, input_items, listed_items, stored
+from serving.responses_context import (
+    StoredResponse,
+    input_items,
+    listed_items,
+    page_limit,
+    page_order,
+    stored,
+)
 from serving.responses_input import unsupported
-from serving.responses_protocol import NO_STORE, ResponsesRequest
+from serving.responses_protocol import NO_CONVERSATIONS, NO_STORE, ResponsesRequest
 
 log = logging.getLogger("turnout")
 
 
 @dataclass(slots=True)
 class ResponseMemory:
-    """One request's link to the store: the answer's id, whether it is kept, what it continues."""
+    """One request's link to the store: the answer's id, whether it is kept, what it continued
+    (``earlier``: a previous response's context, or a conversation's items) and its conversation."""
 
     state: AppState
     owner: str
     rid: str  # the response's own id after "resp_": random, never the client's x-request-id
     keep: bool
-    previous: StoredResponse | None
+    earlier: list[dict[str, Any]]
+    conversation: str | None
     wire_input: str | list[Any]  # the request's input, as sent: its items are stored with it
 
     async def remember(self, response: dict[str, Any]) -> None:
-        """Keep the finished ``response`` (when it is to be kept). A store that fails is logged and
-        the answer then says ``store: false``: the answer itself is not lost for it."""
+        """Add the finished ``response``'s input and output items to its conversation, and keep
+        it (when it is to be kept). A store that fails is logged and the answer then says
+        ``store: false``: the answer itself is not lost for it."""
+        items = input_items(self.wire_input, self.rid)
+        now = time.time()
+        settings = self.state.gateway.config.responses
+        if self.conversation is not None:
+            added = with_status([*items, *response.get("output", [])])
+            expires = now + settings.conversation_retention_s
+            try:
+                found = await asyncio.to_thread(
+                    self.state.store.conversations.add, self.conversation, self.owner, added, expires
+                )
+            except Exception:
+                log.exception("response %s not added to %s", response.get("id"), self.conversation)
+            else:
+                if found is None:
+                    gone = "response %s not added to %s: the conversation was deleted meanwhile"
+                    log.warning(gone, response.get("id"), self.conversation)
         if not self.keep:
             return
-        items = input_items(self.wire_input, self.rid)
-        record = stored(self.owner, time.time(), response, items, self.previous)
-        retention = self.state.gateway.config.responses.retention_s
+        record = stored(self.owner, now, response, items, self.earlier)
         try:
-            await asyncio.to_thread(self.state.store.keep_response, record, record.created_at + retention)
+            await asyncio.to_thread(self.state.store.keep_response, record, now + settings.retention_s)
         except Exception:
             log.exception("response %s not stored", response.get("id"))
             response["store"] = False
@@ -67,11 +93,13 @@ def owner_of(principal: Principal) -> str:
 
 
 async def recall(state: AppState, principal: Principal, wire: ResponsesRequest) -> ResponseMemory:
-    """The request's memory; its ``previous_response_id``'s context is set on ``wire``. A 404 when
-    this key stored no such answer (or it expired), a 400 when this gateway stores none."""
+    """The request's memory; its ``previous_response_id``'s context, or its ``conversation``'s
+    items, are set on ``wire``. A 404 when this key stored no such answer or conversation (or it
+    expired), a 400 when this gateway stores none."""
     settings = state.gateway.config.responses
     owner = owner_of(principal)
-    previous = None
+    earlier: list[dict[str, Any]] = []
+    conversation = conversation_id_of(wire.conversation)
     if wire.previous_response_id is not None:
         if not settings.store:
             raise unsupported(f"previous_response_id: {NO_STORE}", "previous_response_id")
@@ -82,9 +110,21 @@ async def recall(state: AppState, principal: Principal, wire: ResponsesRequest) 
                 param="previous_response_id",
                 code="previous_response_not_found",
             )
-        wire.continuing(previous.context)
+        earlier = previous.context
+    elif conversation is not None:
+        if not settings.store:
+            raise unsupported(f"conversation: {NO_CONVERSATIONS}", "conversation")
+        found = await asyncio.to_thread(state.store.conversations.items, conversation, owner)
+        if found is None:
+            raise NotFound(
+                f"Conversation with id '{conversation}' not found.",
+                param="conversation",
+                code="conversation_not_found",
+            )
+        earlier = found
+    wire.continuing(earlier)
     keep = settings.store and wire.store is not False
-    return ResponseMemory(state, owner, secrets.token_hex(12), keep, previous, wire.input)
+    return ResponseMemory(state, owner, secrets.token_hex(12), keep, earlier, conversation, wire.input)
 
 
 def _json(body: dict[str, Any]) -> Response:
@@ -122,13 +162,5 @@ async def stored_response(request: Request) -> Response:
 
 def _input_items_page(request: Request, found: StoredResponse) -> dict[str, Any]:
     query = request.query_params
-    try:
-        limit = int(query.get("limit", "20"))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= 100:
-        raise ClientError("limit: must be a whole number from 1 to 100", param="limit")
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise ClientError("order: must be asc or desc", param="order")
+    limit, order = page_limit(query.get("limit")), page_order(query.get("order"))
     return listed_items(found.input_items, limit=limit, order=order, after=query.get("after"))

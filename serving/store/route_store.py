@@ -1,5 +1,6 @@
 """The route store: versioned route specs, the audit log and API keys, in one SQL database (and
-the stored Responses API answers, ``serving/store/responses.py``, which are not audited).
+the stored Responses API answers, ``serving/store/responses.py``, and the Conversations API's
+conversations, :attr:`RouteStore.conversations`, which are not audited).
 
 Off the request path, beside it: the gateway's poller reads :meth:`RouteStore.change_marker` and, when
 it moves, :meth:`RouteStore.current`, then swaps the route table that ``serving.routing`` decides from;
@@ -30,6 +31,7 @@ from serving.routing.canary import hand_edit_action
 from serving.routing.spec import RouteSpec
 from serving.store import audit_log, keys, versions
 from serving.store import responses as stored_responses
+from serving.store.conversations import ConversationStore
 from serving.store.engine import WRITE_OPTION, display_url, is_in_memory_sqlite, open_engine, sqlite_file
 from serving.store.marker_probe import MarkerProbe
 from serving.store.records import ApiKeyRecord, AuditEntry, RouteVersion
@@ -71,6 +73,7 @@ class RouteStore:
             self._written_marker: int | None = 0 if in_memory else None
             self._engine = open_engine(url)
             self._create_tables()
+            self.conversations = ConversationStore(self._reading, self._writing, clock)
             database = sqlite_file(url)
             self._probe = MarkerProbe(database) if database is not None else None
         except (SQLAlchemyError, OSError) as exc:

@@ -1,5 +1,5 @@
-"""The route store's schema: route versions, the audit log, API keys and stored responses, as
-SQLAlchemy Core tables.
+"""The route store's schema: route versions, the audit log, API keys, stored responses and
+conversations, as SQLAlchemy Core tables.
 
 Off the request path: the gateway's poller reads these tables (through :class:`serving.store.RouteStore`)
 and swaps the route table it serves from; the admin API, the canary controller and the ``turnout keys``
@@ -92,4 +92,28 @@ responses = Table(
     Column("input_items", Text, nullable=False),  # its own request's input items (JSON)
     Column("context", Text, nullable=False),  # every item a follow-up reads (JSON)
     Index("ix_responses_expires_at", "expires_at"),
+)
+
+# Conversations API (``serving.api.conversations_route``): a conversation and its items, in the
+# order they were added (``seq``), each readable only by the key that made the conversation,
+# until ``expires_at`` (moved on by every change to it). Not audited either.
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=False),
+    Column("metadata", Text, nullable=False),  # JSON object of strings
+    Index("ix_conversations_expires_at", "expires_at"),
+)
+
+conversation_items = Table(
+    "conversation_items",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),  # the order items were added in
+    Column("conversation_id", String(255), nullable=False),
+    Column("item_id", String(255), nullable=False),
+    Column("item", Text, nullable=False),  # the item as listed (JSON)
+    Index("ix_conversation_items_conversation", "conversation_id", "seq"),
 )

@@ -79,7 +79,8 @@ def test_any_replicas_metrics_page_counts_every_replicas_requests(cluster: Clust
 def test_a_stored_response_is_read_back_and_continued_through_either_gateway_replica(
     cluster: Cluster,
 ) -> None:
-    """Stored Responses API answers live in the route store, which every gateway replica shares."""
+    """Stored Responses API answers and conversations live in the route store, which every gateway
+    replica shares."""
     made = httpx.post(f"{cluster.url}/v1/responses", json={"model": "chat", "input": "hi"}, timeout=30)
     assert made.status_code == 200 and made.json()["store"] is True, made.text
     response_id = made.json()["id"]
@@ -94,6 +95,19 @@ def test_a_stored_response_is_read_back_and_continued_through_either_gateway_rep
     body = {"model": "chat", "input": "again", "previous_response_id": response_id}
     follow = httpx.post(f"{cluster.url}/v1/responses", json=body, timeout=30)
     assert follow.status_code == 200 and follow.json()["previous_response_id"] == response_id
+    first = {"items": [{"role": "user", "content": "hi"}]}
+    talk = httpx.post(f"{cluster.url}/v1/conversations", json=first, timeout=30)  # and conversations
+    assert talk.status_code == 200, talk.text
+    body = {"model": "chat", "input": "again", "conversation": talk.json()["id"]}
+    assert httpx.post(f"{cluster.url}/v1/responses", json=body, timeout=30).status_code == 200
+
+    def items(_: int) -> tuple[str, int]:
+        reply = httpx.get(f"{cluster.url}/v1/conversations/{talk.json()['id']}/items", timeout=30)
+        return reply.headers.get("x-turnout-replica", "?"), len(reply.json()["data"])
+
+    with ThreadPoolExecutor(8) as pool:
+        listed = list(pool.map(items, range(32)))
+    assert {count for _, count in listed} == {3} and len({replica for replica, _ in listed}) == 2, listed
 
 
 def test_two_gateway_replicas_serve_and_an_ab_flip_reaches_both(cluster: Cluster) -> None:

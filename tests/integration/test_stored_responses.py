@@ -18,27 +18,16 @@ import openai
 import pytest
 
 from serving.launcher import Launched
-from tests.integration.control_plane import admin, running_gateway, write_config
+from tests.integration.control_plane import running_gateway, write_config
+from tests.integration.keyed_clients import ROUTE, TINY, keyed_tiny_gateway
 
-TINY = {"tiny": {"kind": "embedded", "precision": "fp32"}}
-ROUTE = {"turnout-tiny": {"targets": [{"variant": "tiny"}]}}
 ASK: dict[str, Any] = {"model": "turnout-tiny", "max_output_tokens": 8, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Launched, dict[str, openai.OpenAI]]]:
-    config = write_config(
-        tmp_path_factory.mktemp("stored") / "gateway.yaml", TINY, ROUTE, auth={"anonymous_clients": False}
-    )
-    with running_gateway(config) as gateway:
-        clients = {}
-        for name in ("alice", "bob"):
-            made = httpx.post(f"{gateway.url}/admin/keys", json={"name": name}, headers=admin(), timeout=10)
-            assert made.status_code == 201, made.text
-            clients[name] = openai.OpenAI(
-                base_url=f"{gateway.url}/v1", api_key=made.json()["key"], max_retries=0
-            )
-        yield gateway, clients
+    with keyed_tiny_gateway(tmp_path_factory.mktemp("stored"), ("alice", "bob")) as running:
+        yield running
 
 
 def test_a_follow_up_reads_the_stored_turns_as_if_they_were_sent_again(
@@ -125,3 +114,11 @@ def test_a_gateway_that_stores_nothing_says_so(tmp_path_factory: pytest.TempPath
         with pytest.raises(openai.NotFoundError) as missing:
             client.responses.retrieve(answer.id)
         assert "stores no responses" in missing.value.message
+        for call in (
+            lambda: client.conversations.create(),
+            lambda: client.conversations.items.list("conv_1"),
+            lambda: client.responses.create(input="hi", conversation="conv_1", **ASK),
+        ):
+            with pytest.raises(openai.BadRequestError) as no_talks:
+                call()
+            assert "keeps no conversations (responses.store is false" in no_talks.value.message

@@ -67,7 +67,9 @@ def test_settings_map_to_chats_names() -> None:
 @pytest.mark.parametrize(
     ("fields", "param", "says"),
     [
-        ({"conversation": "conv_1"}, "conversation", "continue a stored response with previous_response_id"),
+        ({"conversation": "conv_1", "previous_response_id": "resp_1"}, "conversation",
+         "cannot be used together"),
+        ({"conversation": {"name": "c"}}, "conversation", "an object with only its id"),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type", "only function tools"),
         ({"tools": [{"type": "function"}]}, "tools.0.name", "must be a string"),
         ({"tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "mcp"}}, "tool_choice.type",

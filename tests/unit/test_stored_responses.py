@@ -31,8 +31,8 @@ def test_input_becomes_items_with_ids_and_a_chain_reads_every_turn_but_instructi
     ]
     calls = input_items([{"type": "function_call_output", "call_id": "c", "output": "4"}], "r9")
     assert calls[0]["id"] == "fco_r9_0" and calls[0]["output"] == "4"
-    first = stored("k", 1.0, _answer("r1", "640"), input_items("12+34=", "r1"), None)
-    second = stored("k", 2.0, _answer("r2", "10"), input_items("05+05=", "r2"), first)
+    first = stored("k", 1.0, _answer("r1", "640"), input_items("12+34=", "r1"), [])
+    second = stored("k", 2.0, _answer("r2", "10"), input_items("05+05=", "r2"), first.context)
     assert [item["id"] for item in second.context] == ["msg_r1_0", "msg_r1", "msg_r2_0", "msg_r2"]
     wire = ResponsesRequest.model_validate({"model": "m", "input": "01+02=", "instructions": "Add."})
     wire.continuing(second.context)
@@ -60,13 +60,13 @@ def test_the_store_gives_an_answer_to_its_key_alone_until_it_expires() -> None:
     now = [100.0]
     store = RouteStore("sqlite://", clock=lambda: now[0])
     try:
-        record = stored("alice", 100.0, _answer("r1", "640"), input_items("12+34=", "r1"), None)
+        record = stored("alice", 100.0, _answer("r1", "640"), input_items("12+34=", "r1"), [])
         store.keep_response(record, expires_at=160.0)
         assert store.response("resp_r1", "alice") == record
         assert store.response("resp_r1", "bob") is None and not store.drop_response("resp_r1", "bob")
         now[0] = 160.0
         assert store.response("resp_r1", "alice") is None  # expired: never read again
-        later = stored("alice", 170.0, _answer("r2", "10"), input_items("05+05=", "r2"), None)
+        later = stored("alice", 170.0, _answer("r2", "10"), input_items("05+05=", "r2"), [])
         store.keep_response(later, expires_at=230.0)  # a write purges what has expired
         now[0] = 100.0
         assert store.response("resp_r1", "alice") is None and store.response("resp_r2", "alice") == later
