@@ -31,6 +31,7 @@ from serving.api import (
     stored_responses,
 )
 from serving.api import errors as api_errors
+from serving.api.background_responses import BackgroundRuns
 from serving.api.openai_routes import request_id
 from serving.api.state import AppState
 from serving.canary_controller import CanaryController
@@ -165,6 +166,7 @@ def create_app(
     store = RouteStore(config.store.url)
     sync = RouteSync(store, gateway, access, config.store.poll_interval_s)
     canary = CanaryController(gateway, sync, metrics, config.canary.tick_s)
+    background = BackgroundRuns(store, config.responses.background_max_running, metrics.background)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -180,6 +182,7 @@ def create_app(
         try:
             yield
         finally:
+            await background.close()
             await canary.close()
             await tee.close()
             await sync.close()
@@ -205,6 +208,7 @@ def create_app(
         sync=sync,
         shadow_recorder=recorder,
         canary=canary,
+        background=background,
         variant_aliases=config.variant_aliases,
     )
     for path, endpoint in app.hot_routes.items():  # the way in under a path prefix (Ray Serve)

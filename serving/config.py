@@ -124,6 +124,8 @@ class ResponsesSettings(BaseModel):
     # A conversation (/v1/conversations) is gone this long after its last change (a response in
     # it, items added or deleted, its metadata); OpenAI keeps them without a limit.
     conversation_retention_s: Annotated[float, Field(gt=0)] = 30 * 86400.0
+    # Background responses (background: true) each gateway runs at once; the rest wait, queued.
+    background_max_running: Annotated[int, Field(ge=1)] = 32
 
 
 class BreakerConfig(BaseModel):

@@ -258,6 +258,12 @@ class GatewayMetrics:
             ["route"],
             registry=self.registry,
         )
+        self.background = Gauge(
+            "turnout_background_responses",
+            "Background /v1/responses runs of this gateway, waiting for a slot (queued) or running",
+            ["state"],
+            registry=self.registry,
+        )
         self.route_version = Gauge(
             "turnout_route_version", "Route version in force", ["route"], registry=self.registry
         )

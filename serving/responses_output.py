@@ -68,7 +68,7 @@ def response_object(
         "object": "response",
         "created_at": created,
         "status": status,
-        "background": False,
+        "background": wire.background is True,
         "error": error,
         "incomplete_details": incomplete,
         "instructions": wire.instructions,

@@ -13,8 +13,9 @@ refuse as they do on chat. The answer is shaped by ``serving.responses_output`` 
 An answer is stored unless the request says ``store: false`` or the gateway's config turns
 storing off (``serving.api.stored_responses``); ``previous_response_id`` continues a stored one
 and ``conversation`` a conversation of ``/v1/conversations`` (:meth:`ResponsesRequest.continuing`).
-What a chat request cannot carry (hosted tools, files and images, background runs, logprobs)
-is a 400 naming it, never dropped.
+``background: true`` answers at once and runs the request behind
+(``serving.api.background_responses``). What a chat request cannot carry (hosted tools, files
+and images, logprobs) is a 400 naming it, never dropped.
 """
 
 from __future__ import annotations
@@ -123,9 +124,16 @@ class ResponsesRequest(SamplingFields):
                 "continues either a conversation or an earlier response",
                 "conversation",
             )
-        if self.background:
+        if self.background and self.stream:
             raise unsupported(
-                "background responses are not supported; send the request and wait", "background"
+                "background: streaming a background response is not supported here; send it "
+                "without stream and poll GET /v1/responses/{id}",
+                "background",
+            )
+        if self.background and self.store is False:
+            raise invalid(
+                "background: a background response is read back from the store, so it needs store: true",
+                "background",
             )
         if not self.tools and self.tool_choice not in (None, "none", "auto"):
             raise invalid("tool_choice: there are no tools to choose from", "tool_choice")

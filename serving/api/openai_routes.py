@@ -28,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from backends.base import Chunk, Completion, GenerateRequest
 from serving import sse
+from serving.api import background_responses as background
 from serving.api.answer_bodies import chat_body, completion_body
 from serving.api.errors import client_request_id, error_response
 from serving.api.state import AppState
@@ -302,6 +303,17 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
         backend = state.gateway.backends[routed.decision.primary]
         watch_after = 0.0 if backend.info.cancel_on_disconnect else WATCH_UPSTREAM_AFTER_S
         charge = partial(state.access.charge, principal) if principal.tpm is not None else None
+        if isinstance(wire, ResponsesRequest) and wire.background and memory is not None:
+            queued = response_object(memory.rid, route, created, wire, status="queued", stored=True)
+            await memory.remember(queued)
+            if not queued["store"]:  # not kept: it could never be read back
+                raise InternalError("the background response could not be stored; send it again")
+            runner = background.run(
+                state.background, state.gateway, memory, routed, generates[0], wire, created, charge
+            )
+            state.background.start(f"resp_{memory.rid}", runner)
+            headers["x-turnout-variant"] = routed.served_by
+            return JSONAnswer(orjson.dumps(queued), headers)
         if wire.stream:  # a client leaving before the first token is watched for too
             start = state.gateway.stream(routed, generates[0], endpoint)
             chunks = await unless_disconnected(receive, start, watch_after)

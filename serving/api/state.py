@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serving.access import Access
 from serving.canary_controller import CanaryController
@@ -13,6 +13,9 @@ from serving.metrics import GatewayMetrics
 from serving.route_sync import RouteSync
 from serving.shadow_recorder import ShadowRecorder
 from serving.store import RouteStore
+
+if TYPE_CHECKING:  # it reads this module's AppState
+    from serving.api.background_responses import BackgroundRuns
 
 
 @dataclass(slots=True)
@@ -25,6 +28,7 @@ class AppState:
     store: RouteStore
     sync: RouteSync
     shadow_recorder: ShadowRecorder
+    background: BackgroundRuns
     canary: CanaryController | None = None
     # Spec name → variant id of spec-declared variants: admin writes may name them either way.
     variant_aliases: dict[str, str] = field(default_factory=dict)

@@ -39,8 +39,11 @@ from serving.responses_context import (
 )
 from serving.responses_input import unsupported
 from serving.responses_protocol import NO_CONVERSATIONS, NO_STORE, ResponsesRequest
+from serving.store.responses import RUNNING
 
 log = logging.getLogger("turnout")
+
+_ENDED = ("completed", "incomplete")  # an answer a conversation takes (not a failed or cancelled one)
 
 
 @dataclass(slots=True)
@@ -55,15 +58,17 @@ class ResponseMemory:
     earlier: list[dict[str, Any]]
     conversation: str | None
     wire_input: str | list[Any]  # the request's input, as sent: its items are stored with it
+    written: bool = False  # kept once already: a later state replaces it, unless it was deleted
 
     async def remember(self, response: dict[str, Any]) -> None:
         """Add the finished ``response``'s input and output items to its conversation, and keep
-        it (when it is to be kept). A store that fails is logged and the answer then says
-        ``store: false``: the answer itself is not lost for it."""
+        it (when it is to be kept; a background one's every state, each replacing the one
+        before). A store that fails is logged and the answer then says ``store: false``: the
+        answer itself is not lost for it."""
         items = input_items(self.wire_input, self.rid)
         now = time.time()
         settings = self.state.gateway.config.responses
-        if self.conversation is not None:
+        if self.conversation is not None and response.get("status") in _ENDED:
             added = with_status([*items, *response.get("output", [])])
             expires = now + settings.conversation_retention_s
             try:
@@ -79,8 +84,10 @@ class ResponseMemory:
         if not self.keep:
             return
         record = stored(self.owner, now, response, items, self.earlier)
+        expires = now + settings.retention_s
         try:
-            await asyncio.to_thread(self.state.store.keep_response, record, now + settings.retention_s)
+            await asyncio.to_thread(self.state.store.keep_response, record, expires, replacing=self.written)
+            self.written = True
         except Exception:
             log.exception("response %s not stored", response.get("id"))
             response["store"] = False
@@ -110,6 +117,13 @@ async def recall(state: AppState, principal: Principal, wire: ResponsesRequest) 
                 param="previous_response_id",
                 code="previous_response_not_found",
             )
+        if previous.response.get("status") in RUNNING:
+            raise ClientError(
+                f"Previous response with id '{wire.previous_response_id}' is still "
+                f"{previous.response['status']}; continue it once it has finished",
+                param="previous_response_id",
+                code="previous_response_in_progress",
+            )
         earlier = previous.context
     elif conversation is not None:
         if not settings.store:
@@ -122,6 +136,12 @@ async def recall(state: AppState, principal: Principal, wire: ResponsesRequest) 
                 code="conversation_not_found",
             )
         earlier = found
+    if wire.background and not settings.store:
+        message = (
+            "background: this gateway stores no responses (responses.store is false in its "
+            "config), so a background response could not be read back; send it without background"
+        )
+        raise unsupported(message, "background")
     wire.continuing(earlier)
     keep = settings.store and wire.store is not False
     return ResponseMemory(state, owner, secrets.token_hex(12), keep, earlier, conversation, wire.input)
@@ -151,10 +171,10 @@ async def stored_response(request: Request) -> Response:
         return error_response(NotFound(message, param="response_id", code="response_not_found"), {})
     if action == ("DELETE", ""):
         await asyncio.to_thread(state.store.drop_response, response_id, owner)
+        state.background.stop(response_id)  # a run elsewhere stops within a second: its row is gone
         return _json({"id": response_id, "object": "response", "deleted": True})
     if action == ("POST", "cancel"):
-        message = "Only background responses can be cancelled; this one has finished (none run here)"
-        return error_response(ClientError(message, param="response_id", code="not_cancellable"), {})
+        return await _cancel(state, found, owner)
     if rest == "input_items":
         return _json(_input_items_page(request, found))
     return _json(found.response)
@@ -164,3 +184,18 @@ def _input_items_page(request: Request, found: StoredResponse) -> dict[str, Any]
     query = request.query_params
     limit, order = page_limit(query.get("limit")), page_order(query.get("order"))
     return listed_items(found.input_items, limit=limit, order=order, after=query.get("after"))
+
+
+async def _cancel(state: AppState, found: StoredResponse, owner: str) -> Response:
+    """``POST /v1/responses/{id}/cancel``: a running background response is cancelled (stopped
+    here at once, on another gateway within a second); one that has ended is returned as it is."""
+    if not found.response.get("background"):
+        message = "Only background responses can be cancelled; this one was not sent with background: true"
+        return error_response(ClientError(message, param="response_id", code="not_cancellable"), {})
+    now = await asyncio.to_thread(state.store.cancel_response, found.response_id, owner)
+    if now is None:  # deleted meanwhile
+        message = f"No response with id '{found.response_id}' found (or it expired)."
+        return error_response(NotFound(message, param="response_id", code="response_not_found"), {})
+    if now.response.get("status") == "cancelled":
+        state.background.stop(found.response_id)
+    return _json(now.response)

@@ -10,14 +10,26 @@ route pollers do not wake for these writes.
 from __future__ import annotations
 
 import orjson
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, delete, insert, select, update
 
 from serving.responses_context import StoredResponse
 from serving.store.tables import responses
 
+RUNNING = ("queued", "in_progress")  # a background response's states before its end
 
-def keep(conn: Connection, record: StoredResponse, expires_at: float) -> None:
+
+def keep(conn: Connection, record: StoredResponse, expires_at: float, *, replacing: bool = False) -> bool:
+    """Write ``record``, in place of an earlier state of the same response (a background one's
+    ``queued`` object). False, and nothing written, when that was cancelled (a cancel is final),
+    or, ``replacing``, when there is none (it was deleted meanwhile)."""
     conn.execute(delete(responses).where(responses.c.expires_at <= record.created_at))
+    earlier = conn.execute(select(responses.c.response).where(responses.c.id == record.response_id)).first()
+    if earlier is None and replacing:
+        return False
+    if earlier is not None:
+        if orjson.loads(earlier.response).get("status") == "cancelled":
+            return False
+        conn.execute(delete(responses).where(responses.c.id == record.response_id))
     conn.execute(
         insert(responses).values(
             id=record.response_id,
@@ -29,6 +41,7 @@ def keep(conn: Connection, record: StoredResponse, expires_at: float) -> None:
             context=orjson.dumps(record.context).decode(),
         )
     )
+    return True
 
 
 def fetch(conn: Connection, response_id: str, owner: str, now: float) -> StoredResponse | None:
@@ -53,3 +66,25 @@ def drop(conn: Connection, response_id: str, owner: str) -> bool:
     """Delete it; False when that key stored no such answer."""
     done = conn.execute(delete(responses).where(responses.c.id == response_id, responses.c.owner == owner))
     return bool(done.rowcount)
+
+
+def cancel(conn: Connection, response_id: str, owner: str, now: float) -> StoredResponse | None:
+    """Mark that key's running background response cancelled; the record as it now is (as it
+    was, when it had already ended), or None when there is no such response."""
+    found = fetch(conn, response_id, owner, now)
+    if found is None or found.response.get("status") not in RUNNING:
+        return found
+    ended = {**found.response, "status": "cancelled"}
+    conn.execute(
+        update(responses).where(responses.c.id == response_id).values(response=orjson.dumps(ended).decode())
+    )
+    return StoredResponse(
+        found.response_id, found.owner, found.created_at, ended, found.input_items, found.context
+    )
+
+
+def cancelled(conn: Connection, response_ids: list[str]) -> list[str]:
+    """Which of these responses are cancelled (or gone): a gateway running them stops them."""
+    rows = conn.execute(select(responses.c.id, responses.c.response).where(responses.c.id.in_(response_ids)))
+    live = {row.id for row in rows if orjson.loads(row.response).get("status") != "cancelled"}
+    return [response_id for response_id in response_ids if response_id not in live]

@@ -302,9 +302,18 @@ class RouteStore:
 
     # ---- stored responses (/v1/responses) ------------------------------------------------------
 
-    def keep_response(self, record: StoredResponse, expires_at: float) -> None:
+    def keep_response(self, record: StoredResponse, expires_at: float, *, replacing: bool = False) -> bool:
+        """Keep it, in place of its earlier state (``stored_responses.keep``)."""
         with self._writing() as conn:
-            stored_responses.keep(conn, record, expires_at)
+            return stored_responses.keep(conn, record, expires_at, replacing=replacing)
+
+    def cancel_response(self, response_id: str, owner: str) -> StoredResponse | None:
+        with self._writing() as conn:
+            return stored_responses.cancel(conn, response_id, owner, self._clock())
+
+    def cancelled_responses(self, response_ids: list[str]) -> list[str]:
+        with self._reading() as conn:
+            return stored_responses.cancelled(conn, response_ids)
 
     def response(self, response_id: str, owner: str) -> StoredResponse | None:
         with self._reading() as conn:

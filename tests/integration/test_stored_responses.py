@@ -122,3 +122,9 @@ def test_a_gateway_that_stores_nothing_says_so(tmp_path_factory: pytest.TempPath
             with pytest.raises(openai.BadRequestError) as no_talks:
                 call()
             assert "keeps no conversations (responses.store is false" in no_talks.value.message
+        with pytest.raises(openai.BadRequestError) as no_background:
+            client.responses.create(input="hi", background=True, **ASK)
+        assert (
+            no_background.value.param == "background"
+            and "could not be read back" in no_background.value.message
+        )

@@ -74,3 +74,32 @@ def test_the_store_gives_an_answer_to_its_key_alone_until_it_expires() -> None:
         assert store.change_marker() == 0  # no audit row: route pollers stay asleep
     finally:
         store.close()
+
+
+def test_a_background_responses_states_replace_each_other_until_a_cancel_which_is_final() -> None:
+    store = RouteStore("sqlite://", clock=lambda: 100.0)
+    try:
+        queued = {**_answer("r1", ""), "status": "queued", "background": True, "output": []}
+        items = input_items("12+34=", "r1")
+        assert store.keep_response(stored("alice", 100.0, queued, items, []), 1e9)
+        assert store.cancelled_responses(["resp_r1", "resp_gone"]) == ["resp_gone"]  # gone: stop it too
+        running = {**queued, "status": "in_progress"}
+        assert store.keep_response(stored("alice", 100.0, running, items, []), 1e9, replacing=True)
+        assert store.cancel_response("resp_r1", "bob") is None
+        cancelled = store.cancel_response("resp_r1", "alice")
+        assert cancelled is not None and cancelled.response["status"] == "cancelled"
+        assert store.cancelled_responses(["resp_r1"]) == ["resp_r1"]
+        done = {**_answer("r1", "640"), "status": "completed"}
+        assert not store.keep_response(stored("alice", 100.0, done, items, []), 1e9, replacing=True)
+        kept = store.response("resp_r1", "alice")
+        assert kept is not None and kept.response["status"] == "cancelled"
+        assert store.cancel_response("resp_r1", "alice") == kept  # again: as it is
+        finished = {**_answer("r2", "10"), "status": "completed"}
+        assert store.keep_response(stored("alice", 100.0, finished, input_items("05+05=", "r2"), []), 1e9)
+        found = store.cancel_response("resp_r2", "alice")  # an ended one is not changed
+        assert found is not None and found.response["status"] == "completed"
+        store.drop_response("resp_r2", "alice")
+        assert not store.keep_response(stored("alice", 100.0, finished, [], []), 1e9, replacing=True)
+        assert store.response("resp_r2", "alice") is None  # deleted while it ran: not written back
+    finally:
+        store.close()
