@@ -124,12 +124,6 @@ class ResponsesRequest(SamplingFields):
                 "continues either a conversation or an earlier response",
                 "conversation",
             )
-        if self.background and self.stream:
-            raise unsupported(
-                "background: streaming a background response is not supported here; send it "
-                "without stream and poll GET /v1/responses/{id}",
-                "background",
-            )
         if self.background and self.store is False:
             raise invalid(
                 "background: a background response is read back from the store, so it needs store: true",

@@ -65,6 +65,7 @@ class ResponseEvents:
         self.items: list[_Item] = []
         self.single: dict[str, int] = {}  # "message", "reasoning" → its output index
         self.calls: dict[int, int] = {}  # the chat delta's tool call index → output index
+        self.failure: dict[str, Any] | None = None  # the failed response, once ``failed`` made it
 
     def emit(self, kind: str, **fields: Any) -> bytes:
         return sse.named_event(kind, {"type": kind, "sequence_number": next(self.numbers), **fields})
@@ -130,10 +131,8 @@ class ResponseEvents:
         body = exc.body()["error"]
         error = {"code": body.get("code") or body.get("type") or "server_error", "message": body["message"]}
         produced = [item.whole("incomplete") for item in self.items]
-        return self.emit(
-            "response.failed",
-            response={**self.started, "status": "failed", "error": error, "output": produced},
-        )
+        self.failure = {**self.started, "status": "failed", "error": error, "output": produced}
+        return self.emit("response.failed", response=self.failure)
 
     def cut_by_shutdown(self) -> bytes:
         """How the stream ends when the server going down cuts it (``serving.sse.SSEAnswer``):
@@ -171,15 +170,19 @@ async def response_events(
     *,
     numbered: ResponseEvents | None = None,
     keep: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    announced: bool = False,
 ) -> AsyncIterator[bytes]:
     """The stream of one response. ``started`` is its ``in_progress`` object
     (``serving.responses_output.response_object``); ``charge`` as on chat streams: the usage
     when it comes, else one token per delta delivered. ``numbered``: the events' numbering and
     items, when the caller needs them too (:meth:`ResponseEvents.cut_by_shutdown`); ``keep``
-    stores the finished response before its last event is sent (``serving.api.stored_responses``)."""
+    stores the finished response before its last event is sent (``serving.api.stored_responses``);
+    ``announced``: ``response.created`` and ``response.in_progress`` were sent already (a
+    background run's, ``serving.api.background_responses``)."""
     events = numbered or ResponseEvents(started)
-    yield events.emit("response.created", response=started)
-    yield events.emit("response.in_progress", response=started)
+    if not announced:
+        yield events.emit("response.created", response=started)
+        yield events.emit("response.in_progress", response=started)
     finish: str | None = None
     usage = None
     delivered, charged = 0, False

@@ -304,15 +304,12 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
         watch_after = 0.0 if backend.info.cancel_on_disconnect else WATCH_UPSTREAM_AFTER_S
         charge = partial(state.access.charge, principal) if principal.tpm is not None else None
         if isinstance(wire, ResponsesRequest) and wire.background and memory is not None:
-            queued = response_object(memory.rid, route, created, wire, status="queued", stored=True)
-            await memory.remember(queued)
-            if not queued["store"]:  # not kept: it could never be read back
-                raise InternalError("the background response could not be stored; send it again")
-            runner = background.run(
-                state.background, state.gateway, memory, routed, generates[0], wire, created, charge
+            queued, following = await background.begin(
+                state, memory, routed, generates[0], wire, created, charge
             )
-            state.background.start(f"resp_{memory.rid}", runner)
             headers["x-turnout-variant"] = routed.served_by
+            if following is not None:  # a client leaving stops the following, not the run
+                return sse.SSEAnswer(following, headers, _no_ending)
             return JSONAnswer(orjson.dumps(queued), headers)
         if wire.stream:  # a client leaving before the first token is watched for too
             start = state.gateway.stream(routed, generates[0], endpoint)
@@ -366,6 +363,12 @@ async def _serve(scope: Scope, receive: Receive, endpoint: str) -> Response | JS
     except Exception:  # served ahead of FastAPI's error middleware, so render the 500 here
         log.exception("request %s failed", rid)
         return error_response(InternalError("internal error"), headers)
+
+
+def _no_ending() -> bytes:
+    """A background stream cut by this gateway going down just stops: its run writes its end,
+    which the client reads on reconnecting (``starting_after``) to another gateway."""
+    return b""
 
 
 def choose(

@@ -23,8 +23,11 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
+from serving import sse
 from serving.api.errors import error_response
+from serving.api.response_replay import starting_after, stream_again
 from serving.api.state import AppState
 from serving.auth import Principal
 from serving.conversations import conversation_id_of, with_status
@@ -147,6 +150,17 @@ async def recall(state: AppState, principal: Principal, wire: ResponsesRequest) 
     return ResponseMemory(state, owner, secrets.token_hex(12), keep, earlier, conversation, wire.input)
 
 
+class _Streamed(Response):
+    """An event stream where Starlette expects a ``Response``, which it only calls as an ASGI app."""
+
+    def __init__(self, answer: sse.SSEAnswer) -> None:
+        super().__init__()  # its head is never sent: the stream sends its own
+        self.answer = answer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.answer(scope, receive, send)
+
+
 def _json(body: dict[str, Any]) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
@@ -177,6 +191,9 @@ async def stored_response(request: Request) -> Response:
         return await _cancel(state, found, owner)
     if rest == "input_items":
         return _json(_input_items_page(request, found))
+    if request.query_params.get("stream", "false").lower() in ("true", "1"):
+        after = starting_after(request.query_params.get("starting_after"))
+        return _Streamed(sse.SSEAnswer(stream_again(state, found, owner, after), {}, lambda: b""))
     return _json(found.response)
 
 

@@ -13,6 +13,7 @@ import orjson
 from sqlalchemy import Connection, delete, insert, select, update
 
 from serving.responses_context import StoredResponse
+from serving.store.response_events import drop as drop_events
 from serving.store.tables import responses
 
 RUNNING = ("queued", "in_progress")  # a background response's states before its end
@@ -65,6 +66,8 @@ def fetch(conn: Connection, response_id: str, owner: str, now: float) -> StoredR
 def drop(conn: Connection, response_id: str, owner: str) -> bool:
     """Delete it; False when that key stored no such answer."""
     done = conn.execute(delete(responses).where(responses.c.id == response_id, responses.c.owner == owner))
+    if done.rowcount:
+        drop_events(conn, response_id)
     return bool(done.rowcount)
 
 

@@ -35,6 +35,7 @@ from serving.store.conversations import ConversationStore
 from serving.store.engine import WRITE_OPTION, display_url, is_in_memory_sqlite, open_engine, sqlite_file
 from serving.store.marker_probe import MarkerProbe
 from serving.store.records import ApiKeyRecord, AuditEntry, RouteVersion
+from serving.store.response_events import ResponseEventStore
 from serving.store.tables import metadata
 
 # Versions that are themselves a return to an earlier one (by an operator, or the canary judge).
@@ -74,6 +75,7 @@ class RouteStore:
             self._engine = open_engine(url)
             self._create_tables()
             self.conversations = ConversationStore(self._reading, self._writing, clock)
+            self.response_events = ResponseEventStore(self._reading, self._writing, clock)
             database = sqlite_file(url)
             self._probe = MarkerProbe(database) if database is not None else None
         except (SQLAlchemyError, OSError) as exc:

@@ -117,3 +117,16 @@ conversation_items = Table(
     Column("item", Text, nullable=False),  # the item as listed (JSON)
     Index("ix_conversation_items_conversation", "conversation_id", "seq"),
 )
+
+# A background response's stream events (``serving.response_event_log``), for a client that
+# reconnects to any gateway (``GET /v1/responses/{id}?stream=true&starting_after=N``); kept as
+# long as the response.
+response_events = Table(
+    "response_events",
+    metadata,
+    Column("response_id", String(255), primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),  # the event's sequence_number
+    Column("event", Text, nullable=False),  # the event as streamed (SSE text)
+    Column("expires_at", Double, nullable=False),
+    Index("ix_response_events_expires_at", "expires_at"),
+)

@@ -65,11 +65,6 @@ def test_a_background_response_is_polled_to_the_answer_a_foreground_one_gets(tmp
         ended = _ended(client, in_talk.id)
         texts = [item.content[0].text for item in client.conversations.items.list(talk.id, order="asc")]  # type: ignore[union-attr]
         assert texts == ["05+05=", ended.output_text]
-        with pytest.raises(openai.BadRequestError) as streamed:
-            client.responses.create(input="hi", background=True, stream=True, **ASK)
-        assert (
-            streamed.value.param == "background" and "poll GET /v1/responses/{id}" in streamed.value.message
-        )
         with pytest.raises(openai.BadRequestError) as unstored:
             client.responses.create(input="hi", background=True, store=False, **ASK)
         assert "needs store: true" in unstored.value.message
@@ -142,6 +137,61 @@ def test_runs_past_the_slots_wait_queued_and_errors_end_them_failed(
     failed = _ended(client, broken.id)
     assert failed.status == "failed" and failed.error is not None and failed.error.message
     assert metric_value(first.url, "turnout_background_responses") == 0
+
+
+def test_a_background_stream_is_picked_up_again_after_the_last_event_the_client_had(tmp_path: Path) -> None:
+    with running_gateway(write_config(tmp_path / "gateway.yaml", TINY, ROUTE)) as gateway:
+        client = _client(gateway)
+        stream = client.responses.create(input="12+34=", background=True, stream=True, **ASK)
+        had = []
+        for event in stream:
+            had.append(event)
+            if len(had) == 5:  # created, in_progress, item added, part added, the first delta
+                break
+        stream.close()  # the client leaves; the run goes on
+        assert [event.sequence_number for event in had] == [0, 1, 2, 3, 4]
+        assert had[0].type == "response.created" and had[0].response.status == "queued"
+        response_id = had[0].response.id
+        rest = list(client.responses.retrieve(response_id, stream=True, starting_after=4))
+        assert [event.sequence_number for event in rest] == list(range(5, 5 + len(rest)))
+        assert rest[-1].type == "response.completed"
+        deltas = [event.delta for event in [*had, *rest] if event.type == "response.output_text.delta"]
+        assert "".join(deltas) == client.responses.retrieve(response_id).output_text == "640"
+        whole = list(client.responses.retrieve(response_id, stream=True))  # ended: from the store
+        assert [event.sequence_number for event in whole] == list(range(len(had) + len(rest)))
+        plain = client.responses.create(
+            input="05+05=", background=True, **ASK
+        )  # not streamed: its events too
+        assert _ended(client, plain.id).status == "completed"
+        assert list(client.responses.retrieve(plain.id, stream=True))[-1].type == "response.completed"
+        foreground = client.responses.create(input="x", **ASK)
+        with pytest.raises(openai.BadRequestError) as refused:
+            list(client.responses.retrieve(foreground.id, stream=True))
+        assert refused.value.code == "not_streamable"
+
+
+def test_a_stream_is_picked_up_on_another_gateway_and_ends_when_cancelled(
+    two_gateways: tuple[Launched, Launched, FaultServer],
+) -> None:
+    first, second = two_gateways[0], two_gateways[1]
+    here, there = _client(first), _client(second)
+    slowly = {"x_fault": "slow_chunks=200"}  # 8 chunks, 0.2 s apart
+    stream = here.responses.create(model="chat", input="hi", background=True, stream=True, extra_body=slowly)
+    had = [next(iter(stream)) for _ in range(5)]
+    stream.close()
+    response_id = had[0].response.id
+    rest = list(there.responses.retrieve(response_id, stream=True, starting_after=had[-1].sequence_number))
+    assert [event.sequence_number for event in rest] == list(range(5, 5 + len(rest)))
+    assert rest[-1].type == "response.completed"
+    deltas = [event.delta for event in [*had, *rest] if event.type == "response.output_text.delta"]
+    assert "".join(deltas) == there.responses.retrieve(response_id).output_text
+    run = _slow(here)
+    eventually(lambda: there.responses.retrieve(run.id).status == "in_progress", 5)
+    following = there.responses.retrieve(run.id, stream=True)
+    assert next(iter(following)).type == "response.created"
+    there.responses.cancel(run.id)
+    last = list(following)[-1]
+    assert last.type == "response.failed" and last.response.status == "cancelled"
 
 
 def test_a_gateway_shutting_down_leaves_its_runs_failed(tmp_path: Path) -> None:

@@ -76,7 +76,6 @@ def test_settings_map_to_chats_names() -> None:
          "only function"),
         ({"tool_choice": "required"}, "tool_choice", "no tools"),
         ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input.0.call_id", "string"),
-        ({"background": True, "stream": True}, "background", "poll GET /v1/responses/{id}"),
         ({"background": True, "store": False}, "background", "needs store: true"),
         ({"include": ["message.output_text.logprobs"]}, "include", "not supported"),
         ({"top_logprobs": 2}, "top_logprobs", "/v1/chat/completions"),
