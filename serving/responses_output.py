@@ -39,8 +39,15 @@ def status_of(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
     return ("incomplete", {"reason": reason}) if reason else ("completed", None)
 
 
-def text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An ``output_text`` part; ``logprobs``: each of its tokens' (chat's ``logprobs.content``)."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+
+
+def token_logprobs(logprobs: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Chat's ``logprobs`` (an answer's or a chunk's) → the tokens' entries ``output_text`` holds."""
+    found = (logprobs or {}).get("content")
+    return list(found) if isinstance(found, list) else []
 
 
 def message_item(item_id: str, status: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -86,7 +93,7 @@ def response_object(
         "text": text,
         "tool_choice": wire.tool_choice or "auto",
         "tools": [],
-        "top_logprobs": 0,
+        "top_logprobs": wire.top_logprobs or 0,
         "top_p": 1.0 if wire.top_p is None else wire.top_p,
         "truncation": wire.truncation or "disabled",
         "usage": usage,
@@ -133,7 +140,8 @@ def response_body(
         output.append(reasoning_item(f"rs_{rid}", "completed", reasoning))
     calls = fields.get("tool_calls") or []
     if result.text or not calls:
-        output.append(message_item(f"msg_{rid}", status, [text_part(result.text)]))
+        part = text_part(result.text, token_logprobs(result.logprobs))
+        output.append(message_item(f"msg_{rid}", status, [part]))
     for index, call in enumerate(calls):
         function = call.get("function") or {}
         call_id = str(call.get("id") or f"call_{rid}_{index}")

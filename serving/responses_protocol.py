@@ -6,16 +6,18 @@ models (``serving.protocol``), so the request then takes the chat path unchanged
 split, shadows, canary samples, limits, and any backend (the embedded engine, vLLM, Triton).
 ``input`` and ``instructions`` become chat messages, function tools and calls chat's
 (``serving.responses_input``), ``max_output_tokens`` the token limit, ``text.format`` a chat
-``response_format`` and ``reasoning.effort`` ``reasoning_effort``, which backends take or
-refuse as they do on chat. The answer is shaped by ``serving.responses_output`` and
-``serving.responses_stream``. This is LiteLLM's bridge for providers without a Responses API.
+``response_format``, ``reasoning.effort`` ``reasoning_effort``, and ``include:
+["message.output_text.logprobs"]`` with ``top_logprobs`` chat's ``logprobs`` and
+``top_logprobs``, which backends take or refuse as they do on chat. The answer is shaped by
+``serving.responses_output`` and ``serving.responses_stream``. This is LiteLLM's bridge for
+providers without a Responses API.
 
 An answer is stored unless the request says ``store: false`` or the gateway's config turns
 storing off (``serving.api.stored_responses``); ``previous_response_id`` continues a stored one
 and ``conversation`` a conversation of ``/v1/conversations`` (:meth:`ResponsesRequest.continuing`).
 ``background: true`` answers at once and runs the request behind
 (``serving.api.background_responses``). What a chat request cannot carry (hosted tools, files
-and images, logprobs) is a 400 naming it, never dropped.
+and images) is a 400 naming it, never dropped.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, PrivateAttr
 
 from backends.base import GenerateRequest, RequestKind
+from backends.logprobs import MAX_TOP_LOGPROBS
 from serving.conversations import conversation_id_of
 from serving.errors import TurnoutError
 from serving.protocol import SamplingFields, chat_generates
@@ -45,7 +48,9 @@ _SENT_AS = {
     "max_tokens": "max_output_tokens",
     "response_format": "text.format",
     "reasoning_effort": "reasoning.effort",
+    "logprobs": "include",
 }
+LOGPROBS = "message.output_text.logprobs"  # the one ``include`` taken here
 
 
 def in_responses_terms(error: TurnoutError) -> TurnoutError:
@@ -131,17 +136,19 @@ class ResponsesRequest(SamplingFields):
             )
         if not self.tools and self.tool_choice not in (None, "none", "auto"):
             raise invalid("tool_choice: there are no tools to choose from", "tool_choice")
-        if self.include:
-            raise unsupported(f"include: {self.include[0]!r} is not supported here", "include")
+        for index, wanted in enumerate(self.include or []):
+            if wanted != LOGPROBS:
+                message = f"include.{index}: {wanted!r} is not supported here; only {LOGPROBS!r}"
+                raise unsupported(message, f"include.{index}")
         if "logprobs" in (self.model_extra or {}):
             raise unsupported(
-                "logprobs is a chat completions field; /v1/chat/completions has logprobs", "logprobs"
+                f"logprobs is a chat completions field; the Responses API asks with include: "
+                f"[{LOGPROBS!r}] and top_logprobs",
+                "logprobs",
             )
-        if self.top_logprobs:
-            raise unsupported(
-                "top_logprobs is not supported on /v1/responses here; /v1/chat/completions has logprobs",
-                "top_logprobs",
-            )
+        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            message = f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {self.top_logprobs}"
+            raise invalid(message, "top_logprobs")
         if self.truncation == "auto":
             raise unsupported(
                 "truncation: auto is not supported; an input longer than the model's context is a 400",
@@ -157,6 +164,11 @@ class ResponsesRequest(SamplingFields):
 
     def effective_max_tokens(self) -> int | None:
         return self.max_output_tokens
+
+    def wants_logprobs(self) -> bool:
+        """Each output token's logprob in ``output_text.logprobs``: asked with ``include`` or a
+        ``top_logprobs`` above 0."""
+        return LOGPROBS in (self.include or []) or bool(self.top_logprobs)
 
     def include_usage(self) -> bool:
         return False  # Responses' stream_options (include_obfuscation) has none: usage always comes last
@@ -186,6 +198,9 @@ class ResponsesRequest(SamplingFields):
         effort = (self.reasoning or {}).get("effort")
         if effort is not None:
             extra["reasoning_effort"] = effort
+        if self.wants_logprobs():  # chat's logprobs, which output_text.logprobs holds as they are
+            extra["logprobs"] = True
+            extra["top_logprobs"] = self.top_logprobs or 0
         if self.tools:
             extra["tools"] = chat_tools(self.tools)
             if self.tool_choice is not None:

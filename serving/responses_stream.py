@@ -31,6 +31,7 @@ from serving.responses_output import (
     response_usage,
     status_of,
     text_part,
+    token_logprobs,
 )
 
 log = logging.getLogger("turnout")
@@ -43,13 +44,14 @@ class _Item:
     kind: str  # "message", "reasoning" or "function_call"
     item_id: str
     pieces: list[str] = field(default_factory=list)  # text, reasoning text, or argument pieces
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # a message's tokens', when asked
     call_id: str = ""
     name: str = ""
 
     def whole(self, status: str) -> dict[str, Any]:
         text = "".join(self.pieces)
         if self.kind == "message":
-            return message_item(self.item_id, status, [text_part(text)])
+            return message_item(self.item_id, status, [text_part(text, self.logprobs)])
         if self.kind == "reasoning":
             return reasoning_item(self.item_id, status, text if status != "in_progress" else None)
         return call_item(self.item_id, status, self.call_id, self.name, text)
@@ -79,8 +81,9 @@ class ResponseEvents:
             opened.append(self.emit("response.content_part.added", **where, part=text_part("")))
         return at, opened
 
-    def piece(self, kind: str, delta: str) -> list[bytes]:
-        """Text (``kind`` "message") or reasoning text ("reasoning") for the answer's one such item."""
+    def piece(self, kind: str, delta: str, logprobs: list[dict[str, Any]] | None = None) -> list[bytes]:
+        """Text (``kind`` "message", with its tokens' ``logprobs`` when asked) or reasoning text
+        ("reasoning") for the answer's one such item."""
         out: list[bytes] = []
         at = self.single.get(kind)
         if at is None:
@@ -88,9 +91,11 @@ class ResponseEvents:
             self.single[kind] = at
         item = self.items[at]
         item.pieces.append(delta)
+        item.logprobs += logprobs or []
         where = {"item_id": item.item_id, "output_index": at, "content_index": 0}
         if kind == "message":
-            return [*out, self.emit("response.output_text.delta", **where, delta=delta, logprobs=[])]
+            tokens = logprobs or []
+            return [*out, self.emit("response.output_text.delta", **where, delta=delta, logprobs=tokens)]
         return [*out, self.emit("response.reasoning_text.delta", **where, delta=delta)]
 
     def call(self, delta: dict[str, Any]) -> list[bytes]:
@@ -120,9 +125,11 @@ class ResponseEvents:
         reasoning = reasoning_of(chunk.extra)
         if reasoning is not None:
             out += self.piece("reasoning", reasoning)
-        if chunk.text:
-            out += self.piece("message", chunk.text)
-        for delta in (chunk.extra or {}).get("tool_calls") or []:
+        tokens = token_logprobs(chunk.logprobs)
+        calls = (chunk.extra or {}).get("tool_calls")
+        if chunk.text or (tokens and reasoning is None and not calls):  # the end's token (EOS) has no text
+            out += self.piece("message", chunk.text, tokens)
+        for delta in calls or []:
             out += self.call(delta)
         return out
 
@@ -151,8 +158,9 @@ class ResponseEvents:
             where: dict[str, Any] = {"item_id": item.item_id, "output_index": at}
             if item.kind == "message":
                 where["content_index"] = 0
-                out.append(self.emit("response.output_text.done", **where, text=text, logprobs=[]))
-                out.append(self.emit("response.content_part.done", **where, part=text_part(text)))
+                tokens = item.logprobs
+                out.append(self.emit("response.output_text.done", **where, text=text, logprobs=tokens))
+                out.append(self.emit("response.content_part.done", **where, part=text_part(text, tokens)))
             elif item.kind == "reasoning":
                 out.append(self.emit("response.reasoning_text.done", **where, content_index=0, text=text))
             else:

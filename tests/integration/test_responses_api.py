@@ -139,6 +139,39 @@ def test_responses_are_counted_under_their_own_endpoint(client: openai.OpenAI, g
     assert counted() == before + 1
 
 
+def test_logprobs_are_chats_in_output_text_streamed_or_not(
+    client: openai.OpenAI, relayed: openai.OpenAI
+) -> None:
+    """``include: ["message.output_text.logprobs"]`` and ``top_logprobs`` give each output token's
+    logprob and alternatives, the same as chat's for the same greedy request, on the embedded
+    engine and through an OpenAI-compatible upstream, and a stream's deltas carry them piece by
+    piece."""
+    chat = client.chat.completions.create(
+        model="turnout-tiny", messages=[{"role": "user", "content": "12+34="}], max_tokens=8,
+        temperature=0, logprobs=True, top_logprobs=2,
+    )  # fmt: skip
+    assert chat.choices[0].logprobs is not None and chat.choices[0].logprobs.content is not None
+    expected = [entry.model_dump() for entry in chat.choices[0].logprobs.content]
+    ask = {"input": "12+34=", "max_output_tokens": 8, "temperature": 0, "top_logprobs": 2}
+    for who, model in ((client, "turnout-tiny"), (relayed, "relay")):
+        reply = who.responses.create(model=model, include=["message.output_text.logprobs"], **ask)  # type: ignore[arg-type]
+        part = reply.output[0].content[0]  # type: ignore[union-attr]
+        assert reply.top_logprobs == 2 and part.logprobs is not None
+        got = [entry.model_dump() for entry in part.logprobs]
+        assert [e["token"] for e in got] == [e["token"] for e in expected]  # "6", "4", "0", "</s>"
+        for mine, theirs in zip(got, expected, strict=True):
+            assert mine["logprob"] == pytest.approx(theirs["logprob"], abs=1e-4)
+            assert len(mine["top_logprobs"]) == 2 and mine["top_logprobs"][0]["token"] == mine["token"]
+    with client.responses.stream(model="turnout-tiny", **ask) as stream:  # top_logprobs alone asks too
+        pieces = [event.logprobs for event in stream if event.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    streamed = [entry.model_dump()["token"] for piece in pieces for entry in piece]
+    done = final.output[0].content[0].logprobs  # type: ignore[union-attr]
+    assert streamed == [entry.token for entry in done or []] == [entry["token"] for entry in expected]
+    plain = client.responses.create(model="turnout-tiny", input="12+34=", max_output_tokens=8)
+    assert plain.output[0].content[0].logprobs == [] and plain.top_logprobs == 0  # type: ignore[union-attr]
+
+
 def test_a_response_through_an_openai_compatible_upstream(relayed: openai.OpenAI) -> None:
     reply = relayed.responses.create(model="relay", input="12+34=", max_output_tokens=8)
     assert reply.output_text == "640" and reply.model == "relay"

@@ -77,9 +77,10 @@ def test_settings_map_to_chats_names() -> None:
         ({"tool_choice": "required"}, "tool_choice", "no tools"),
         ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input.0.call_id", "string"),
         ({"background": True, "store": False}, "background", "needs store: true"),
-        ({"include": ["message.output_text.logprobs"]}, "include", "not supported"),
-        ({"top_logprobs": 2}, "top_logprobs", "/v1/chat/completions"),
-        ({"logprobs": True}, "logprobs", "chat completions field"),
+        ({"include": ["message.output_text.logprobs", "file_search_call.results"]}, "include.1",
+         "only 'message.output_text.logprobs'"),
+        ({"top_logprobs": 21}, "top_logprobs", "from 0 to 20"),
+        ({"logprobs": True}, "logprobs", "asks with include"),
         ({"max_tokens": 5}, "max_tokens", "calls it max_output_tokens"),
         ({"messages": [{"role": "user", "content": "x"}]}, "messages", "calls it input"),
         ({"n": 2}, "n", "one output per request"),
@@ -314,3 +315,12 @@ def test_a_stream_that_fails_ends_with_response_failed_and_what_it_had() -> None
     assert failed["status"] == "failed" and "upstream closed" in failed["error"]["message"]
     assert failed["output"][0]["content"][0]["text"] == "6" and failed["output"][0]["status"] == "incomplete"
     assert charged == [1]  # no usage came: one token per delta delivered
+
+
+def test_logprobs_are_asked_of_a_backend_in_chats_names() -> None:
+    [asked] = _request(include=["message.output_text.logprobs"]).to_generates("r")
+    assert asked.extra == {"logprobs": True, "top_logprobs": 0}
+    [top] = _request(top_logprobs=3).to_generates("r")
+    assert top.extra == {"logprobs": True, "top_logprobs": 3}
+    [none] = _request(top_logprobs=0).to_generates("r")
+    assert "logprobs" not in none.extra
