@@ -9,8 +9,9 @@ downtime), asks the pure judge (``serving.routing.canary``) for a verdict, and
 on promote / roll back writes the next route version with the judge's reason through the
 store (``If-Match`` on the version judged, so two gateway processes never both act).
 The last verdict per route is kept for the admin API. A plan with an ``eval_gate`` also gets
-its eval run once in the background (``serving.canary_eval``); the judge holds the promotion
-until the scores are in and rolls back as soon as they break the gate.
+its eval run once in the background, by one of the gateways on the store
+(``serving.canary_eval``); the judge holds the promotion until the scores are in and rolls back
+as soon as they break the gate.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from serving.canary_eval import CanaryEvals
+from serving.canary_eval import STALE_S, CanaryEvals
 from serving.errors import Conflict
 from serving.gateway import Gateway
 from serving.metrics import GatewayMetrics
 from serving.route_sync import RouteSync
-from serving.routing.canary import EvalScores, Verdict, apply, judge
+from serving.routing.canary import EvalScores, Verdict, apply, canary_started_at, judge
 
 log = logging.getLogger("turnout.canary")
 
@@ -49,7 +50,9 @@ class CanaryController:
         self._wall = wall_clock
         self._task: asyncio.Task[None] | None = None
         self._observing_since = wall_clock()  # reset by start(): no samples exist before it
-        self.evals = CanaryEvals(gateway.backends, metrics)
+        stale = max(STALE_S, 5 * tick_s)  # a claimant beats once a tick
+        self.evals = CanaryEvals(gateway.backends, metrics, sync.store.eval_claims, stale)
+        self._starts: dict[str, tuple[int, int]] = {}  # route → (version judged, its canary's start)
         self.last: dict[str, dict[str, Any]] = {}
 
     def start(self) -> None:
@@ -90,7 +93,8 @@ class CanaryController:
             step_began = max(active.created_at, self._observing_since)
             canary = log_.stats(name, plan.canary, step_began)
             stable = log_.stats(name, plan.stable, step_began)
-            evaluated = self.evals.result(name, plan)  # scores, why it could not run, or None yet
+            started = await self._started_at(name, active.version) if plan.eval_gate else active.version
+            evaluated = await self.evals.result(name, plan, started)  # scores, why not, or None yet
             verdict = judge(plan, now - step_began, canary, stable, evaluated)
             self.last[name] = {
                 "version": active.version,
@@ -104,6 +108,16 @@ class CanaryController:
                 self.last[name]["eval"] = _eval_status(evaluated)
             if verdict.action != "hold":
                 await self._act(name, active.version, verdict)
+
+    async def _started_at(self, name: str, version: int) -> int:
+        """The version the canary in force at ``version`` started at (read once per version)."""
+        known = self._starts.get(name)
+        if known is not None and known[0] == version:
+            return known[1]
+        history = await asyncio.to_thread(self._sync.store.history, name)
+        started = canary_started_at({v.version: v.action for v in history}, version)
+        self._starts[name] = (version, started)
+        return started
 
     async def _act(self, name: str, version: int, verdict: Verdict) -> None:
         active = self._gateway.routes[name]

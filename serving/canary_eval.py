@@ -7,18 +7,28 @@ variant's own backend adapter, the same adapter and engine that serve the route'
 not through the route: eval requests are not client traffic, so they are not observed by the
 judge, counted in the route's metrics, mirrored to shadows or charged to a key. Answers are
 scored with ``evals.metrics.match``. One run per plan (the variants do not change between
-steps); the pure judge (``serving.routing.canary.judge``) decides what the scores mean.
+steps), between every gateway on the store: the first to ask claims it in the store
+(``serving.store.eval_claims``) and runs it, beating a heartbeat each tick, and writes the
+result, which the others read (a claim gone quiet is taken over); the pure judge
+(``serving.routing.canary.judge``) decides what the scores mean.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import logging
+import os
+import secrets
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from backends.base import Backend, GenerateRequest, SamplingParams
 from evals.datasets import Dataset, DatasetError, load, shipped
@@ -26,11 +36,13 @@ from evals.metrics import match
 from serving.metrics import GatewayMetrics
 from serving.routing.canary import EvalScores
 from serving.routing.spec import CanaryPlan, EvalGate
+from serving.store.eval_claims import EvalClaims
 
 log = logging.getLogger("turnout.canary")
 
 CONCURRENCY = 4  # eval requests in flight per variant: enough to batch, little against clients
 REQUEST_TIMEOUT_S = 120.0
+STALE_S = 30.0  # a claim this long without a heartbeat (its gateway gone) is taken over
 
 
 def eval_dataset(gate: EvalGate) -> Dataset:
@@ -73,41 +85,84 @@ async def score_variant(
     return VariantScore(correct / len(rows), sum(1 for answer in answers if answer is None))
 
 
-def _key(route: str, plan: CanaryPlan) -> str:
+def _key(route: str, plan: CanaryPlan, started: int) -> str:
+    """One plan's eval, on every gateway: its route, the version its canary started at, its
+    variants and its gate (a canary started again is evaluated again)."""
     gate = plan.eval_gate.model_dump_json() if plan.eval_gate is not None else ""
-    return f"{route}\0{plan.stable}\0{plan.canary}\0{gate}"
+    whole = f"{route}\0{started}\0{plan.stable}\0{plan.canary}\0{gate}"
+    return f"{route[:150]}:{hashlib.sha256(whole.encode()).hexdigest()}"
+
+
+def _stored(outcome: EvalScores | str) -> str:
+    found = {"error": outcome} if isinstance(outcome, str) else {"scores": dataclasses.asdict(outcome)}
+    return orjson.dumps(found).decode()
+
+
+def _read(stored: str) -> EvalScores | str:
+    found = orjson.loads(stored)
+    return str(found["error"]) if "error" in found else EvalScores(**found["scores"])
 
 
 class CanaryEvals:
-    """Runs each canary plan's eval gate once, in the background, and keeps the result."""
+    """Runs each canary plan's eval gate once across the gateways on the store, in the
+    background, and keeps the result: the gateway that claims it runs it, the others read it."""
 
-    def __init__(self, backends: Mapping[str, Backend], metrics: GatewayMetrics) -> None:
+    def __init__(
+        self,
+        backends: Mapping[str, Backend],
+        metrics: GatewayMetrics,
+        claims: EvalClaims,
+        stale_s: float = STALE_S,
+    ) -> None:
         self._backends = backends
         self._metrics = metrics
+        self._claims, self._stale = claims, stale_s
+        self._me = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self._tasks: dict[str, asyncio.Task[EvalScores]] = {}
+        self._done: dict[str, EvalScores | str] = {}
 
-    def result(self, route: str, plan: CanaryPlan) -> EvalScores | str | None:
-        """The scores, or why the eval could not run, or None while it runs (started on first call)."""
+    async def result(self, route: str, plan: CanaryPlan, started: int) -> EvalScores | str | None:
+        """The scores, or why the eval could not run, or None while it runs (here or on another
+        gateway; claimed on the first call that finds nobody running it). ``started``: the route
+        version the canary started at."""
         gate = plan.eval_gate
         if gate is None:
             return None
-        key = _key(route, plan)
+        key = _key(route, plan, started)
+        if key in self._done:
+            return self._done[key]
         task = self._tasks.get(key)
-        if task is None:
-            variants = [plan.canary, plan.stable] if gate.against_stable else [plan.canary]
-            missing = [v for v in variants if v not in self._backends]
-            if missing:
-                return f"eval cannot run: no backend for {', '.join(missing)}"
-            if not all(self._backends[v].ready() for v in variants):
-                return None  # still loading: an eval now would score a backend that cannot answer
-            task = asyncio.create_task(self._run(route, plan, gate))
-            self._tasks[key] = task
-        if not task.done():
-            return None
-        error = task.exception()
-        if error is not None:
-            return f"eval cannot run: {error}"
-        return task.result()
+        if task is not None:
+            if not task.done():
+                await asyncio.to_thread(self._claims.beat, key, self._me)
+                return None
+            outcome: EvalScores | str = (
+                f"eval cannot run: {task.exception()}" if task.exception() is not None else task.result()
+            )
+            await asyncio.to_thread(self._claims.finish, key, _stored(outcome))
+            return self._ended(route, plan, key, outcome)
+        stored = await asyncio.to_thread(self._claims.result, key)
+        if stored is not None:  # another gateway ran it
+            return self._ended(route, plan, key, _read(stored))
+        variants = [plan.canary, plan.stable] if gate.against_stable else [plan.canary]
+        missing = [v for v in variants if v not in self._backends]
+        if missing:
+            return f"eval cannot run: no backend for {', '.join(missing)}"
+        if not all(self._backends[v].ready() for v in variants):
+            return None  # still loading: an eval now would score a backend that cannot answer
+        if await asyncio.to_thread(self._claims.claim, key, route, self._me, self._stale):
+            self._tasks[key] = asyncio.create_task(self._run(route, plan, gate))
+        return None
+
+    def _ended(self, route: str, plan: CanaryPlan, key: str, outcome: EvalScores | str) -> EvalScores | str:
+        self._tasks.pop(key, None)
+        self._done[key] = outcome
+        if isinstance(outcome, EvalScores):  # every gateway's /metrics shows the scores
+            gauge = self._metrics.canary_eval_accuracy
+            gauge.labels(route, plan.canary, outcome.dataset).set(outcome.canary)
+            if outcome.stable is not None:
+                gauge.labels(route, plan.stable, outcome.dataset).set(outcome.stable)
+        return outcome
 
     async def _run(self, route: str, plan: CanaryPlan, gate: EvalGate) -> EvalScores:
         try:
@@ -121,8 +176,6 @@ class CanaryEvals:
         scores = await asyncio.gather(
             *(score_variant(self._backends[v], rows, gate, f"eval-{route}-{v}") for v in variants)
         )
-        for variant, score in zip(variants, scores, strict=True):
-            self._metrics.canary_eval_accuracy.labels(route, variant, dataset.label).set(score.accuracy)
         return EvalScores(
             dataset=dataset.label,
             examples=len(rows),
@@ -133,8 +186,10 @@ class CanaryEvals:
 
     def forget(self, route: str) -> None:
         """Drop the route's results (its plan ended), cancelling a run still going."""
-        for key in [k for k in self._tasks if k.split("\0", 1)[0] == route]:
+        for key in [k for k in self._tasks if k.split(":", 1)[0] == route[:150]]:
             self._tasks.pop(key).cancel()
+        for key in [k for k in self._done if k.split(":", 1)[0] == route[:150]]:
+            del self._done[key]
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())

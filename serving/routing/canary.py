@@ -12,7 +12,7 @@ and sample times are passed in.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -288,3 +288,12 @@ def hand_edit_action(before: RouteSpec | None, after: RouteSpec) -> str:
     if sole == [plan.canary]:
         return "canary-complete"
     return "set"
+
+
+def canary_started_at(actions: Mapping[int, str], version: int) -> int:
+    """The route version a canary in force at ``version`` started at: back over the judge's
+    promotions (``actions``: each version's audit action), as any other write ends a canary."""
+    at = version
+    while actions.get(at) == "canary-promote" and at - 1 in actions:
+        at -= 1
+    return at

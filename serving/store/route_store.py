@@ -33,6 +33,7 @@ from serving.store import audit_log, keys, versions
 from serving.store import responses as stored_responses
 from serving.store.conversations import ConversationStore
 from serving.store.engine import WRITE_OPTION, display_url, is_in_memory_sqlite, open_engine, sqlite_file
+from serving.store.eval_claims import EvalClaims
 from serving.store.marker_probe import MarkerProbe
 from serving.store.records import ApiKeyRecord, AuditEntry, RouteVersion
 from serving.store.response_events import ResponseEventStore
@@ -76,6 +77,7 @@ class RouteStore:
             self._create_tables()
             self.conversations = ConversationStore(self._reading, self._writing, clock)
             self.response_events = ResponseEventStore(self._reading, self._writing, clock)
+            self.eval_claims = EvalClaims(self._reading, self._writing, clock)
             database = sqlite_file(url)
             self._probe = MarkerProbe(database) if database is not None else None
         except (SQLAlchemyError, OSError) as exc:

@@ -130,3 +130,16 @@ response_events = Table(
     Column("expires_at", Double, nullable=False),
     Index("ix_response_events_expires_at", "expires_at"),
 )
+
+# Canary eval gate runs (``serving.canary_eval``): who runs a plan's eval, that it is still alive,
+# and its result, so that the gateways on one store run it once between them.
+canary_evals = Table(
+    "canary_evals",
+    metadata,
+    Column("key", String(255), primary_key=True),  # route, the canary's start version, plan, gate
+    Column("route", String(255), nullable=False),
+    Column("claimant", String(255), nullable=False),  # the gateway process running it
+    Column("claimed_at", Double, nullable=False),
+    Column("heartbeat_at", Double, nullable=False),
+    Column("result", Text, nullable=True),  # JSON: {"scores": {...}} or {"error": "..."}
+)

@@ -3,12 +3,14 @@ a quantized canary that keeps the stable variant's accuracy is promoted with its
 
 One gateway process with the embedded fp32 and int8 variants and a fault server that answers
 every prompt with "7" (a variant that is fast and never fails, so no SLO gate can catch it).
-The canary controller ticks every 0.2 s; each test uses its own route.
+The canary controller ticks every 0.2 s; each test uses its own route. Two gateways on one store
+run a plan's eval once between them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -94,3 +96,24 @@ def test_a_canary_that_keeps_the_accuracy_is_promoted_with_its_score(gateway: La
         assert "eval accuracy 100.0% (stable 100.0%)" in version["reason"]
     for variant in ("fp32", "int8"):
         assert metric_value(gateway.url, "turnout_canary_eval_accuracy", variant=variant) == 1.0
+
+
+def test_gateways_on_one_store_run_a_plans_eval_once_between_them(tmp_path: Path) -> None:
+    """Two gateways on one store judge the same canary: one claims its eval and runs it, the
+    other waits for the result in the store, so the canary's backend gets the rows once."""
+    with FaultServer(reply="7", chunks=1) as wrong, FaultServer(reply="7", chunks=1) as steady:
+        variants = {"steady": fault_variant(steady), "wrong": fault_variant(wrong)}
+        routes = {"sums": {"targets": [{"variant": "steady"}]}}
+        config = write_config(tmp_path / "gateway.yaml", variants, routes, canary={"tick_s": 0.2})
+        with running_gateway(config) as first, running_gateway(config) as second:
+            gate = {"dataset": "addition", "examples": 20, "min_accuracy": 0.9, "max_tokens": 4}
+            plan = {"stable": "steady", "canary": "wrong", "eval_gate": gate, "min_requests": 1000}
+            reply = put_route(
+                first.url, "sums", {"targets": [{"variant": "steady"}], "canary": plan}, version=1
+            )
+            assert reply.status_code == 200, reply.text
+            eventually(lambda: _current(second.url, "sums")["action"] == "canary-rollback", timeout=30)
+            assert _current(first.url, "sums")["reason"].startswith("eval accuracy 0.0% < 90.0% on 20")
+            assert wrong.stats()["requests"] == 20  # once between them, not once per gateway
+            history = httpx.get(f"{first.url}/admin/routes/sums/history", headers=admin()).json()["versions"]
+            assert [v["action"] for v in history] == ["seed", "canary-start", "canary-rollback"]

@@ -1,0 +1,43 @@
+"""A canary plan's eval shared by the gateways on one store, without a server: who claims it, a
+claim gone quiet taken over, the first result kept; and which version a canary started at."""
+
+from __future__ import annotations
+
+from serving.routing.canary import canary_started_at
+from serving.store import RouteStore
+
+
+def test_one_gateway_claims_a_plans_eval_and_a_quiet_claim_is_taken_over() -> None:
+    now = [100.0]
+    store = RouteStore("sqlite://", clock=lambda: now[0])
+    claims = store.eval_claims
+    try:
+        assert claims.claim("k", "sums", "gw-a", stale_s=30.0)
+        assert not claims.claim("k", "sums", "gw-b", stale_s=30.0)  # a runs it
+        now[0] = 125.0
+        claims.beat("k", "gw-a")
+        now[0] = 150.0
+        assert not claims.claim("k", "sums", "gw-b", stale_s=30.0)  # a beat 25 s ago
+        now[0] = 156.0
+        assert claims.claim("k", "sums", "gw-b", stale_s=30.0)  # quiet for 31 s: b takes over
+        claims.beat("k", "gw-a")  # a's late beat does not win it back
+        now[0] = 190.0
+        assert claims.claim("k", "sums", "gw-c", stale_s=30.0)  # b's claim went quiet as well
+        assert claims.result("k") is None
+        claims.finish("k", '{"scores": {"dataset": "addition@1", "examples": 20, "canary": 0.0}}')
+        claims.finish("k", '{"error": "late"}')  # the first result stays
+        assert claims.result("k") == '{"scores": {"dataset": "addition@1", "examples": 20, "canary": 0.0}}'
+        now[0] = 10_000.0
+        assert not claims.claim("k", "sums", "gw-d", stale_s=30.0)  # it has a result: nothing to run
+        assert claims.result("other") is None
+        assert store.change_marker() == 0  # no audit row: route pollers stay asleep
+    finally:
+        store.close()
+
+
+def test_a_canary_started_at_the_version_before_the_judges_promotions() -> None:
+    actions = {1: "seed", 2: "canary-start", 3: "canary-promote", 4: "canary-promote"}
+    assert canary_started_at(actions, 4) == 2 and canary_started_at(actions, 2) == 2
+    assert canary_started_at({1: "seed"}, 1) == 1  # a canary in the config file
+    again = {**actions, 5: "canary-rollback", 6: "canary-start", 7: "canary-promote"}
+    assert canary_started_at(again, 7) == 6  # started again: a new plan, evaluated again
