@@ -6,9 +6,10 @@ turned into the chat request the gateway runs. Input messages become chat messag
 assistant message's ``tool_calls`` (consecutive calls, and the assistant text just before
 them, one message, as a chat conversation has them) and a ``function_call_output`` a ``tool``
 message; ``reasoning`` items, which a client sends back when it replays an answer's output,
-are left out, as chat has no place for them. Function tools move their ``name``,
-``description``, ``parameters`` and ``strict`` under chat's ``function``. Anything else
-(hosted tools, images, files) is a 400 naming where it is.
+are left out, as chat has no place for them; an ``input_image`` part becomes chat's
+``image_url`` part. Function tools move their ``name``, ``description``, ``parameters`` and
+``strict`` under chat's ``function``. Anything else (hosted tools, files, an image by file id)
+is a 400 naming where it is.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def _string(item: dict[str, Any], key: str, at: str) -> str:
     return value
 
 
-def _content(content: Any, at: str) -> str | list[dict[str, Any]]:
-    """An input message's content → a chat message's (text, or text parts)."""
+def _content(content: Any, at: str, *, images: bool = True) -> str | list[dict[str, Any]]:
+    """An input message's content → a chat message's (text, or text and image parts; a tool's
+    output, ``images`` False, only text)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list) or not content:
@@ -48,14 +50,28 @@ def _content(content: Any, at: str) -> str | list[dict[str, Any]]:
         place = f"{at}.{index}"
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise invalid(f"{place}: must be a content part, an object with a type", place)
+        if part["type"] == "input_image" and images:
+            parts.append(_image(part, place))
+            continue
         if part["type"] not in _TEXT_PARTS:
+            kinds = "input_text and input_image" if images else "input_text"
             raise unsupported(
-                f"{place}.type: {part['type']!r} parts are not supported here; only input_text "
-                "(the variants behind this gateway take text)",
-                f"{place}.type",
+                f"{place}.type: {part['type']!r} parts are not supported here; only {kinds}", f"{place}.type"
             )
         parts.append({"type": "text", "text": _string(part, "text", place)})
     return parts
+
+
+def _image(part: dict[str, Any], at: str) -> dict[str, Any]:
+    """An ``input_image`` part → chat's ``image_url`` part, which a vision model behind an
+    OpenAI-compatible variant (vLLM) reads; a text-only engine refuses it."""
+    if part.get("file_id") is not None:
+        message = f"{at}.file_id: files are not kept here; send image_url (a URL or a data: URL)"
+        raise unsupported(message, f"{at}.file_id")
+    image: dict[str, Any] = {"url": _string(part, "image_url", at)}
+    if part.get("detail") not in (None, "auto"):
+        image["detail"] = part["detail"]
+    return {"type": "image_url", "image_url": image}
 
 
 def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
@@ -71,7 +87,7 @@ def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
 def _tool_output(item: dict[str, Any], at: str) -> str:
     output = item.get("output")
     if isinstance(output, list):  # text parts, as a function may answer
-        found = _content(output, f"{at}.output")
+        found = _content(output, f"{at}.output", images=False)
         return found if isinstance(found, str) else "".join(part["text"] for part in found)
     return _string(item, "output", at)
 

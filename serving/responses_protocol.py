@@ -16,8 +16,8 @@ An answer is stored unless the request says ``store: false`` or the gateway's co
 storing off (``serving.api.stored_responses``); ``previous_response_id`` continues a stored one
 and ``conversation`` a conversation of ``/v1/conversations`` (:meth:`ResponsesRequest.continuing`).
 ``background: true`` answers at once and runs the request behind
-(``serving.api.background_responses``). What a chat request cannot carry (hosted tools, files
-and images) is a 400 naming it, never dropped.
+(``serving.api.background_responses``). What a chat request cannot carry (hosted tools, files)
+is a 400 naming it, never dropped.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ def in_responses_terms(error: TurnoutError) -> TurnoutError:
     if sent_as is not None:
         error.message = error.message.replace(f"'{error.param}'", f"'{sent_as}'")
         error.param = sent_as
+    elif error.code == "unsupported_content":  # an engine that reads text: what it was sent
+        error.message = error.message.replace("'image_url'", "'input_image'")
     return error
 
 

@@ -8,6 +8,7 @@ from the events and fails on any it does not expect.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from backends.fault import FaultServer
 from serving.launcher import gateway_process
 
 
@@ -170,6 +172,40 @@ def test_logprobs_are_chats_in_output_text_streamed_or_not(
     assert streamed == [entry.token for entry in done or []] == [entry["token"] for entry in expected]
     plain = client.responses.create(model="turnout-tiny", input="12+34=", max_output_tokens=8)
     assert plain.output[0].content[0].logprobs == [] and plain.top_logprobs == 0  # type: ignore[union-attr]
+
+
+def test_an_input_image_reaches_a_vision_upstream_as_chats_image_url(
+    client: openai.OpenAI, tmp_path: Path
+) -> None:
+    """An ``input_image`` goes to an OpenAI-compatible variant as chat's ``image_url`` part (the
+    fault server echoes the request it got); a text-only engine refuses it by the client's name."""
+    image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}
+    content = [{"type": "input_text", "text": "what is it?"}, image]
+    with FaultServer(default="echo") as upstream:
+        config = tmp_path / "gateway.yaml"
+        config.write_text(
+            "variants:\n"
+            f"  vision: {{kind: openai_http, base_url: '{upstream.base_url}', model: vlm}}\n"
+            "routes:\n  vision: {targets: [{variant: vision}]}\n"
+            "auth: {anonymous_clients: true}\n"
+        )
+        with gateway_process(config) as gateway:
+            seen = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="x", max_retries=0).responses.create(
+                model="vision", input=[{"role": "user", "content": content}], store=False
+            )
+    sent = json.loads(seen.output_text)["body"]["messages"]
+    assert sent == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is it?"},
+                {"type": "image_url", "image_url": {"url": image["image_url"], "detail": "low"}},
+            ],
+        }
+    ]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="turnout-tiny", input=[{"role": "user", "content": content}])
+    assert "'input_image' is not supported by this model" in refused.value.message
 
 
 def test_a_response_through_an_openai_compatible_upstream(relayed: openai.OpenAI) -> None:

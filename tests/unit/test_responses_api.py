@@ -94,8 +94,13 @@ def test_settings_map_to_chats_names() -> None:
         ({"input": [{"role": "user"}]}, "input.0.content", "required"),
         ({"input": [{"type": "computer_call_output", "call_id": "c", "output": {}}]},
          "input.0.type", "only messages, function_call and function_call_output"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
-         "input.0.content.0.type", "only input_text"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]},
+         "input.0.content.0.file_id", "send image_url"),
+        ({"input": [{"role": "user", "content": [{"type": "input_file", "file_url": "u"}]}]},
+         "input.0.content.0.type", "only input_text and input_image"),
+        ({"input": [{"type": "function_call_output", "call_id": "c",
+                     "output": [{"type": "input_image", "image_url": "u"}]}]},
+         "input.0.output.0.type", "only input_text"),
         ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]},
          "input.0.content.0.text", "string"),
         ({"input": [{"role": "user", "content": []}]}, "input.0.content", "non-empty list"),
@@ -324,3 +329,18 @@ def test_logprobs_are_asked_of_a_backend_in_chats_names() -> None:
     assert top.extra == {"logprobs": True, "top_logprobs": 3}
     [none] = _request(top_logprobs=0).to_generates("r")
     assert "logprobs" not in none.extra
+
+
+def test_an_input_image_becomes_chats_image_url_part() -> None:
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"}
+    text = {"type": "input_text", "text": "what is it?"}
+    wire = _request(input=[{"role": "user", "content": [text, image]}])
+    assert wire.message_dicts() == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is it?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+            ],
+        }
+    ]
