@@ -244,6 +244,28 @@ class Embedder(Protocol):
         """The inputs' embeddings, one vector each."""
 
 
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A variant that can say how many tokens a request's prompt is without running it (the
+    embedded engine; an upstream with vLLM's ``/tokenize``), for ``/v1/responses/input_tokens``."""
+
+    async def count_tokens(self, request: GenerateRequest) -> int:
+        """The prompt tokens the engine would read for ``request`` (its chat template applied)."""
+
+
+def token_counter(backend: Backend, variant: str) -> TokenCounter:
+    """``backend`` as a :class:`TokenCounter`, or the 400 saying its variant cannot count."""
+    if isinstance(backend, TokenCounter):
+        return backend
+    info = backend.info
+    raise ClientError(
+        f"variant '{variant}' ({info.kind}, {info.engine}) cannot count a prompt's tokens without "
+        "running it; route this model to an embedded variant or an upstream with vLLM's /tokenize",
+        param="model",
+        code="model_not_supported",
+    )
+
+
 def embedder(backend: Backend, variant: str) -> Embedder:
     """``backend`` as an :class:`Embedder`, or the 400 saying its variant serves no embeddings."""
     info = backend.info

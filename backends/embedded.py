@@ -129,6 +129,10 @@ class EmbeddedBackend:
             where = "messages" if request.kind == "chat" else "prompt"
             raise ClientError(str(exc), param=where, code=code) from exc
 
+    async def count_tokens(self, request: GenerateRequest) -> int:
+        """The prompt's tokens, BOS included, as a generation of it would count them."""
+        return len(self.encode_prompt(request))
+
     def _encode(self, model: GenAIModel, request: GenerateRequest) -> np.ndarray:
         if request.kind == "chat":
             if self._template is None:

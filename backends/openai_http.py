@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -29,6 +30,7 @@ from backends.base import (
     Usage,
     merge_extra,
 )
+from backends.load_probe import metrics_url
 from backends.logprobs import merge_logprobs
 from backends.openai_answer import (
     CHOICE_FIELDS,
@@ -56,7 +58,7 @@ from backends.upstream_http import (
     upstream_pool,
 )
 from backends.upstream_pool import UpstreamPool, UpstreamResponse
-from serving.errors import BackendError, TurnoutError
+from serving.errors import BackendError, ClientError, TurnoutError
 
 _STREAM_OPTIONS = {"include_usage": True}
 
@@ -105,9 +107,9 @@ class OpenAIHttpBackend:
         body = self._body(request, stream)
         return await self._send(self._paths[request.kind], body, request.request_id)
 
-    async def _send(self, path: str, body: bytes, rid: str) -> UpstreamResponse:
+    async def _send(self, path: str, body: bytes, rid: str, *, from_root: bool = False) -> UpstreamResponse:
         headers = {"x-request-id": rid} if rid and rid.isascii() and rid.isprintable() else None
-        return await send_upstream(self.name, self._pool, "POST", path, body, headers)
+        return await send_upstream(self.name, self._pool, "POST", path, body, headers, from_root=from_root)
 
     async def _whole(self, resp: UpstreamResponse) -> bytes:
         """A non-streamed answer's body; a non-2xx or a failure reading it as the typed error."""
@@ -181,6 +183,33 @@ class OpenAIHttpBackend:
                 response_extra=other_fields(data, RESPONSE_FIELDS),
             )  # fmt: skip
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise transport_error(self.name, exc) from exc
+
+    async def count_tokens(self, request: GenerateRequest) -> int:
+        """The prompt's tokens by the upstream's own count: vLLM's ``/tokenize`` (at the server's
+        root, beside ``/v1``), with the chat template and the tools a generation would render."""
+        body: dict[str, Any] = {"model": self.settings.model}
+        if request.kind == "chat":
+            body["messages"] = request.messages or []
+            body["add_generation_prompt"] = True
+            if request.extra and request.extra.get("tools"):
+                body["tools"] = request.extra["tools"]
+        else:
+            body["prompt"] = request.prompt_ids if request.prompt_ids is not None else request.prompt or ""
+        path = metrics_url(urlsplit(str(self.settings.base_url)).path, "/tokenize")  # beside /v1
+        resp = await self._send(path, orjson.dumps(body), request.request_id, from_root=True)
+        if resp.status == 404:
+            resp.release()
+            raise ClientError(
+                f"variant '{self.name}': its upstream has no /tokenize (vLLM has one), so it cannot "
+                "count a prompt's tokens without running it",
+                param="model",
+                code="model_not_supported",
+            )
+        content = await self._whole(resp)
+        try:
+            return int(orjson.loads(content)["count"])
+        except (ValueError, KeyError, TypeError) as exc:
             raise transport_error(self.name, exc) from exc
 
     async def embed(self, request: EmbedRequest) -> Embeddings:

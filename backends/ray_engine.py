@@ -182,6 +182,10 @@ class RayEngineBackend:
         result: Embeddings = await self._call("embed", request)
         return result
 
+    async def count_tokens(self, request: GenerateRequest) -> int:
+        result: int = await self._call("count_tokens", request)
+        return result
+
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         for attempt in range(1, _ATTEMPTS + 1):
             started = False

@@ -35,6 +35,7 @@ from backends.base import (
     EmbedRequest,
     GenerateRequest,
     embedder,
+    token_counter,
 )
 from backends.load_probe import EngineLoad, LoadProbe, metrics_url
 from backends.settings import BalanceSettings, OpenAIHttpSettings, TritonSettings
@@ -235,6 +236,9 @@ class ReplicaSetBackend:
 
     async def embed(self, request: EmbedRequest) -> Embeddings:
         return await self._call(lambda backend: embedder(backend, self.name).embed(request))
+
+    async def count_tokens(self, request: GenerateRequest) -> int:
+        return await self._call(lambda backend: token_counter(backend, self.name).count_tokens(request))
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         blocks = self.affinity(request)

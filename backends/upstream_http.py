@@ -181,12 +181,14 @@ async def send_upstream(
     path: str,
     body: bytes | None = None,
     headers: dict[str, str] | None = None,
+    *,
+    from_root: bool = False,
 ) -> UpstreamResponse:
     """One request on variant ``name``'s pool; its answer once the head is in, or a typed error."""
     if pool is None:
         raise BackendUnavailable(f"backend {name} is not started")
     try:
-        return await pool.send(method, path, body, headers)
+        return await pool.send(method, path, body, headers, from_root=from_root)
     except TRANSPORT_ERRORS as exc:
         raise transport_error(name, exc) from exc
 

@@ -316,13 +316,20 @@ class UpstreamPool:
         self._shutting: set[asyncio.Future[None]] = set()  # closed connections whose sockets are not shut yet
 
     async def send(
-        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        *,
+        from_root: bool = False,
     ) -> UpstreamResponse:
-        """Send one request (``path`` under the base URL's path); the response once its head is in.
+        """Send one request (``path`` under the base URL's path, or the server's root with
+        ``from_root``: vLLM's ``/tokenize`` beside its ``/v1``); the response once its head is in.
 
         A reused connection the upstream closed before answering a byte is retried once on a
         fresh one (the request cannot have been acted on), as urllib3 and aiohttp do."""
-        head = self._head(method, path, body, headers)
+        head = self._head(method, path if from_root else self.path + path, body, headers)
         while True:
             conn = self._take_idle() or await self._acquire()
             try:
@@ -377,9 +384,10 @@ class UpstreamPool:
     # -- internals --------------------------------------------------------------------------
 
     def _head(self, method: str, path: str, body: bytes | None, headers: dict[str, str] | None) -> bytes:
+        """The request's head; ``path``: the whole request target."""
         start = self._starts.get((method, path))
         if start is None:  # an adapter sends to a few paths: their request lines are made once
-            start = f"{method} {self.path}{path} HTTP/1.1\r\n".encode("latin-1") + self._fixed
+            start = f"{method} {path} HTTP/1.1\r\n".encode("latin-1") + self._fixed
             if len(self._starts) < 64:
                 self._starts[(method, path)] = start
         parts = [start]

@@ -27,6 +27,7 @@ from serving.api import (
     conversations_route,
     embeddings_route,
     health,
+    input_tokens,
     openai_routes,
     stored_responses,
 )
@@ -218,6 +219,7 @@ def create_app(
     app.add_route("/v1/models", openai_routes.list_models, methods=["GET"])
     app.add_route("/v1/models/{model:path}", openai_routes.get_model, methods=["GET"])
     kept = ["GET", "DELETE", "POST"]  # a stored answer, its input items, its deletion
+    app.add_route("/v1/responses/input_tokens", input_tokens.count_input_tokens, methods=["POST"])
     app.add_route("/v1/responses/{rest:path}", stored_responses.stored_response, methods=kept)
     app.add_route("/v1/conversations", conversations_route.create_conversation, methods=["POST"])
     app.add_route("/v1/conversations/{rest:path}", conversations_route.conversation, methods=kept)

@@ -34,7 +34,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.base import Chunk, Completion, Embeddings, EmbedRequest, GenerateRequest
+from backends.base import Chunk, Completion, Embeddings, EmbedRequest, GenerateRequest, token_counter
 from backends.settings import EmbeddedSettings
 from serving.observations import Key, SampleId, Tagged
 from serving.ratelimit_shared import LocalLimiter
@@ -122,6 +122,10 @@ class TurnoutEngine:
         backend = await self._started()
         result: Embeddings = await backend.embed(request)
         return result
+
+    async def count_tokens(self, request: GenerateRequest) -> int:
+        backend = await self._started()
+        return await token_counter(backend, self.variant).count_tokens(request)
 
 
 class SampleKeeper:

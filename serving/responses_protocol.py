@@ -161,8 +161,11 @@ class ResponsesRequest(SamplingFields):
             raise unsupported(f"reasoning.{unknown}: not supported here", f"reasoning.{unknown}")
         if self.reasoning and self.reasoning.get("summary") is not None:
             raise unsupported("reasoning.summary: not supported here", "reasoning.summary")
-        if isinstance(self.input, list) and not self.input:
+        if isinstance(self.input, list) and not self.input and self._input_required():
             raise invalid("input: must not be an empty list", "input")
+
+    def _input_required(self) -> bool:
+        return True
 
     def effective_max_tokens(self) -> int | None:
         return self.max_output_tokens
@@ -213,3 +216,13 @@ class ResponsesRequest(SamplingFields):
 
     def to_generates(self, request_id: str) -> list[GenerateRequest]:
         return chat_generates(self, self.message_dicts(), request_id)
+
+
+class InputTokensRequest(ResponsesRequest):
+    """``POST /v1/responses/input_tokens``' body: a Responses request to count, not run. Its
+    ``input`` may be left out when a ``conversation`` or ``previous_response_id`` gives the turns."""
+
+    input: str | list[Any] = Field(default_factory=list)
+
+    def _input_required(self) -> bool:
+        return self.conversation is None and self.previous_response_id is None

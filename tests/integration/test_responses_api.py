@@ -208,6 +208,42 @@ def test_an_input_image_reaches_a_vision_upstream_as_chats_image_url(
     assert "'input_image' is not supported by this model" in refused.value.message
 
 
+def test_input_tokens_are_counted_as_the_response_would_count_them(
+    client: openai.OpenAI, tmp_path: Path
+) -> None:
+    """``client.responses.input_tokens.count`` on the embedded engine: the same figure as the
+    response's ``usage.input_tokens``, with instructions, a previous response's turns or a
+    conversation's; an upstream without vLLM's ``/tokenize`` cannot count (a 400 saying so)."""
+    ask = {"model": "turnout-tiny", "input": "12+34=", "instructions": "Add."}
+    counted = client.responses.input_tokens.count(**ask)  # type: ignore[arg-type]
+    answered = client.responses.create(max_output_tokens=8, **ask)  # type: ignore[arg-type]
+    assert counted.object == "response.input_tokens"
+    assert answered.usage is not None and counted.input_tokens == answered.usage.input_tokens
+    more = {"model": "turnout-tiny", "input": "05+05=", "previous_response_id": answered.id}
+    follow = client.responses.create(max_output_tokens=8, **more)  # type: ignore[arg-type]
+    assert follow.usage is not None
+    assert client.responses.input_tokens.count(**more).input_tokens == follow.usage.input_tokens  # type: ignore[arg-type]
+    talk = client.conversations.create(items=[{"role": "user", "content": "12+34="}])
+    alone = client.responses.input_tokens.count(model="turnout-tiny", conversation=talk.id)
+    assert (
+        alone.input_tokens
+        == client.responses.input_tokens.count(model="turnout-tiny", input="12+34=").input_tokens
+    )
+    with FaultServer() as upstream:
+        config = tmp_path / "gateway.yaml"
+        config.write_text(
+            "variants:\n"
+            f"  plain: {{kind: openai_http, base_url: '{upstream.base_url}', model: m}}\n"
+            "routes:\n  plain: {targets: [{variant: plain}]}\n"
+            "auth: {anonymous_clients: true}\n"
+        )
+        with gateway_process(config) as gateway:
+            other = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="x", max_retries=0)
+            with pytest.raises(openai.BadRequestError) as refused:
+                other.responses.input_tokens.count(model="plain", input="hi")
+    assert refused.value.code == "model_not_supported" and "no /tokenize" in refused.value.message
+
+
 def test_a_response_through_an_openai_compatible_upstream(relayed: openai.OpenAI) -> None:
     reply = relayed.responses.create(model="relay", input="12+34=", max_output_tokens=8)
     assert reply.output_text == "640" and reply.model == "relay"

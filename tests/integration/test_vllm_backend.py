@@ -221,3 +221,13 @@ def test_vllm_keeps_its_sockets_in_the_directory_removed_when_it_stops(vllm: Vll
     bound = [line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines()[1:]]
     ours = [path for path in bound if path.startswith(f"{work}/")]
     assert len(ours) >= 2, f"no socket of vLLM's under {work}: {bound[-20:]}"
+
+
+def test_input_tokens_are_vllms_own_count_of_the_prompt(gateway: Launched) -> None:
+    """``/v1/responses/input_tokens`` asks vLLM's ``/tokenize`` (beside its ``/v1``): the same
+    figure vLLM then counts as the response's input tokens."""
+    client = _client(gateway)
+    ask = {"model": "tiny", "input": "12+34=", "instructions": "Add."}
+    counted = client.responses.input_tokens.count(**ask)  # type: ignore[arg-type]
+    answered = client.responses.create(max_output_tokens=8, **ask)  # type: ignore[arg-type]
+    assert answered.usage is not None and counted.input_tokens == answered.usage.input_tokens > 0

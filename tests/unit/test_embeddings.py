@@ -12,7 +12,15 @@ import numpy as np
 import orjson
 import pytest
 
-from backends.base import Chunk, Completion, Embeddings, EmbedRequest, GenerateRequest, embedder
+from backends.base import (
+    Chunk,
+    Completion,
+    Embeddings,
+    EmbedRequest,
+    GenerateRequest,
+    embedder,
+    token_counter,
+)
 from backends.embedded_embeddings import EmbeddingGraph, EmbeddingRunner
 from backends.openai_embeddings import embeddings_body as upstream_body
 from backends.openai_embeddings import read_embeddings
@@ -266,3 +274,10 @@ async def test_a_full_embedding_queue_is_a_429() -> None:
         await asyncio.gather(running, *queued)
     finally:
         runner.close()
+
+
+def test_a_variant_that_cannot_count_tokens_says_so() -> None:
+    with pytest.raises(ClientError) as caught:
+        token_counter(Generates(), "gen")
+    assert caught.value.status == 400 and caught.value.code == "model_not_supported"
+    assert "variant 'gen'" in caught.value.message and "/tokenize" in caught.value.message
