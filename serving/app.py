@@ -164,7 +164,7 @@ def create_app(
     tee = ShadowTee(backends, metrics, recorder, max_in_flight=config.shadow.max_in_flight)
     gateway = Gateway(config, backends, metrics, shadows=tee, observations=observations)
     access = Access(config.auth, metrics, limiter=limiter(metrics) if limiter else None)
-    store = RouteStore(config.store.url)
+    store = RouteStore(config.store.url, orphan_after_s=config.responses.background_orphan_s)
     sync = RouteSync(store, gateway, access, config.store.poll_interval_s)
     canary = CanaryController(gateway, sync, metrics, config.canary.tick_s)
     background = BackgroundRuns(store, config.responses.background_max_running, metrics.background)

@@ -126,6 +126,9 @@ class ResponsesSettings(BaseModel):
     conversation_retention_s: Annotated[float, Field(gt=0)] = 30 * 86400.0
     # Background responses (background: true) each gateway runs at once; the rest wait, queued.
     background_max_running: Annotated[int, Field(ge=1)] = 32
+    # A background response whose gateway has not beaten for it this long (killed, or cut off
+    # from the store) is failed (gateway_gone) when it is next read.
+    background_orphan_s: Annotated[float, Field(gt=0)] = 15.0
 
 
 class BreakerConfig(BaseModel):

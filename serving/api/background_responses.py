@@ -13,7 +13,9 @@ backend), at most ``responses.background_max_running`` at once per gateway (the 
 SDK's polling) finds it from any gateway on the store. ``POST /v1/responses/{id}/cancel`` marks
 it ``cancelled`` in the store (a cancel is final: a later write of the run is dropped) and stops
 the run here at once, or, on another gateway, within ``CHECK_EVERY_S`` (each reads its runs'
-states). A gateway that shuts down ends its runs as ``failed`` (``shutting_down``).
+states). A gateway that shuts down ends its runs as ``failed`` (``shutting_down``); one killed
+leaves them to be failed (``gateway_gone``) when read after ``responses.background_orphan_s``
+without its heartbeat (``serving.store.background_runs``).
 """
 
 from __future__ import annotations
@@ -87,10 +89,12 @@ class BackgroundRuns:
             task.cancel()
 
     async def _watching(self) -> None:
-        """While runs are in flight, stop those a cancel on another gateway marked."""
+        """While runs are in flight, beat for them (``serving.store.background_runs``) and stop
+        those a cancel on another gateway marked."""
         while self._runs:
             await asyncio.sleep(self._check_every)
             try:
+                await asyncio.to_thread(self.store.runs_beat, list(self._runs))
                 gone = await asyncio.to_thread(self.store.cancelled_responses, list(self._runs))
             except Exception:
                 log.exception("could not read whether background responses were cancelled")
@@ -151,6 +155,7 @@ async def begin(
     async def write(batch: list[tuple[int, bytes]]) -> None:
         await asyncio.to_thread(store.add, response_id, batch, expires)
 
+    await asyncio.to_thread(state.store.run_started, response_id)
     events = ResponseEvents(queued)
     trail = EventLog(write)
     await trail.add(events.emit("response.created", response=queued))
@@ -205,6 +210,10 @@ async def _run(runs: BackgroundRuns, gateway: Gateway, work: _Run) -> None:
         await memory.remember(events.failure)
     finally:
         await trail.close()
+        try:
+            await asyncio.to_thread(runs.store.run_ended, f"resp_{memory.rid}")
+        except Exception:
+            log.exception("background response resp_%s: its run's row not deleted", memory.rid)
 
 
 @contextlib.asynccontextmanager

@@ -29,7 +29,7 @@ from serving.errors import ClientError, ConfigError, Conflict
 from serving.responses_context import StoredResponse
 from serving.routing.canary import hand_edit_action
 from serving.routing.spec import RouteSpec
-from serving.store import audit_log, keys, versions
+from serving.store import audit_log, background_runs, keys, versions
 from serving.store import responses as stored_responses
 from serving.store.conversations import ConversationStore
 from serving.store.engine import WRITE_OPTION, display_url, is_in_memory_sqlite, open_engine, sqlite_file
@@ -62,10 +62,13 @@ def _shown(url: str) -> str:
 class RouteStore:
     """Route versions + audit log + API keys behind one SQLAlchemy engine (thread-safe)."""
 
-    def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, url: str, *, clock: Callable[[], float] = time.time, orphan_after_s: float = 15.0
+    ) -> None:
         """Open (and create) the store; one that cannot be opened is a :class:`ConfigError`
         naming it and why (no driver, no server there, a folder that cannot be written)."""
         self._clock = clock
+        self.orphan_after_s = orphan_after_s  # a background run silent this long is failed on read
         try:
             # In-memory SQLite is one shared connection: threads take turns so transactions never
             # interleave.
@@ -320,8 +323,32 @@ class RouteStore:
             return stored_responses.cancelled(conn, response_ids)
 
     def response(self, response_id: str, owner: str) -> StoredResponse | None:
+        """That key's response; a background one whose run went silent is failed first."""
         with self._reading() as conn:
-            return stored_responses.fetch(conn, response_id, owner, self._clock())
+            found = stored_responses.fetch(conn, response_id, owner, self._clock())
+            if found is None or not self._orphaned(conn, found):
+                return found
+        with self._writing() as conn:  # again, in the transaction that fails it
+            found = stored_responses.fetch(conn, response_id, owner, self._clock())
+            if found is None or not self._orphaned(conn, found):
+                return found
+            return background_runs.fail(conn, found)
+
+    def _orphaned(self, conn: Connection, found: StoredResponse) -> bool:
+        running = found.response.get("status") in stored_responses.RUNNING
+        return running and background_runs.orphaned(conn, found, self._clock(), self.orphan_after_s)
+
+    def run_started(self, response_id: str) -> None:
+        with self._writing() as conn:
+            background_runs.started(conn, response_id, self._clock())
+
+    def runs_beat(self, response_ids: list[str]) -> None:
+        with self._writing() as conn:
+            background_runs.beat(conn, response_ids, self._clock())
+
+    def run_ended(self, response_id: str) -> None:
+        with self._writing() as conn:
+            background_runs.ended(conn, response_id)
 
     def drop_response(self, response_id: str, owner: str) -> bool:
         with self._writing() as conn:

@@ -143,3 +143,13 @@ canary_evals = Table(
     Column("heartbeat_at", Double, nullable=False),
     Column("result", Text, nullable=True),  # JSON: {"scores": {...}} or {"error": "..."}
 )
+
+# Background responses running now (``serving.api.background_responses``): the gateway running
+# one beats here every second; a run whose beat is too old (its gateway was killed) is failed by
+# the next read of its response.
+background_runs = Table(
+    "background_runs",
+    metadata,
+    Column("response_id", String(255), primary_key=True),
+    Column("heartbeat_at", Double, nullable=False),
+)

@@ -11,6 +11,8 @@ does not come back, and a gateway that shuts down leaves its runs ``failed`` (``
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,3 +209,24 @@ def test_a_gateway_shutting_down_leaves_its_runs_failed(tmp_path: Path) -> None:
             ended = _client(survivor).responses.retrieve(run.id)
             assert ended.status == "failed" and ended.error is not None
             assert ended.error.code == "shutting_down"  # type: ignore[comparison-overlap]
+
+
+def test_a_run_whose_gateway_was_killed_is_failed_once_it_has_gone_silent(tmp_path: Path) -> None:
+    with FaultServer() as upstream:
+        variants = {"slow": fault_variant(upstream, read_timeout=30.0)}
+        routes = {"chat": {"targets": [{"variant": "slow"}]}}
+        config = write_config(
+            tmp_path / "gateway.yaml", variants, routes, responses={"background_orphan_s": 2.0}
+        )
+        with running_gateway(config) as survivor, running_gateway(config) as doomed:
+            run = _slow(_client(doomed))
+            other = _client(survivor)
+            eventually(lambda: other.responses.retrieve(run.id).status == "in_progress", 5)
+            following = other.responses.retrieve(run.id, stream=True)
+            os.kill(doomed.pid, signal.SIGKILL)  # no shutdown: nothing ends its run
+            assert other.responses.retrieve(run.id).status == "in_progress"  # not yet
+            last = list(following)[-1]
+            assert last.type == "response.failed" and last.response.error is not None
+            assert last.response.error.code == "gateway_gone"  # type: ignore[comparison-overlap]
+            ended = other.responses.retrieve(run.id)
+            assert ended.status == "failed" and ended.error is not None

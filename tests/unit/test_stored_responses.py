@@ -103,3 +103,35 @@ def test_a_background_responses_states_replace_each_other_until_a_cancel_which_i
         assert store.response("resp_r2", "alice") is None  # deleted while it ran: not written back
     finally:
         store.close()
+
+
+def test_a_background_response_whose_run_went_silent_is_failed_when_read() -> None:
+    now = [100.0]
+    store = RouteStore("sqlite://", clock=lambda: now[0], orphan_after_s=15.0)
+    try:
+        queued = {**_answer("r1", ""), "status": "queued", "background": True, "output": []}
+        store.keep_response(stored("alice", 100.0, queued, input_items("12+34=", "r1"), []), 1e9)
+        store.run_started("resp_r1")
+        now[0] = 110.0
+        store.runs_beat(["resp_r1"])  # its gateway is alive
+        now[0] = 124.0
+        found = store.response("resp_r1", "alice")
+        assert found is not None and found.response["status"] == "queued"  # 14 s since the beat
+        now[0] = 125.0
+        failed = store.response("resp_r1", "alice")  # 15 s: its gateway is gone
+        assert failed is not None and failed.response["status"] == "failed"
+        assert failed.response["error"]["code"] == "gateway_gone"
+        assert store.response("resp_r1", "alice") == failed  # for good
+        unrecorded = {**_answer("r2", ""), "status": "in_progress", "background": True, "output": []}
+        store.keep_response(stored("alice", 125.0, unrecorded, [], []), 1e9)  # killed before its row
+        now[0] = 140.0
+        gone = store.response("resp_r2", "alice")
+        assert gone is not None and gone.response["status"] == "failed"
+        store.keep_response(
+            stored("alice", 140.0, {**_answer("r3", "1"), "status": "completed"}, [], []), 1e9
+        )
+        now[0] = 1e6
+        ended = store.response("resp_r3", "alice")
+        assert ended is not None and ended.response["status"] == "completed"  # an ended one stays
+    finally:
+        store.close()
