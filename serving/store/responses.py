@@ -13,6 +13,7 @@ import orjson
 from sqlalchemy import Connection, delete, insert, select, update
 
 from serving.responses_context import StoredResponse
+from serving.store.background_runs import GONE
 from serving.store.response_events import drop as drop_events
 from serving.store.tables import responses
 
@@ -21,14 +22,15 @@ RUNNING = ("queued", "in_progress")  # a background response's states before its
 
 def keep(conn: Connection, record: StoredResponse, expires_at: float, *, replacing: bool = False) -> bool:
     """Write ``record``, in place of an earlier state of the same response (a background one's
-    ``queued`` object). False, and nothing written, when that was cancelled (a cancel is final),
-    or, ``replacing``, when there is none (it was deleted meanwhile)."""
+    ``queued`` object). False, and nothing written, when that was ended by someone else
+    (cancelled, or failed for its silent gateway: both are final, since a client told either
+    may have sent the request again), or, ``replacing``, when there is none (deleted meanwhile)."""
     conn.execute(delete(responses).where(responses.c.expires_at <= record.created_at))
     earlier = conn.execute(select(responses.c.response).where(responses.c.id == record.response_id)).first()
     if earlier is None and replacing:
         return False
     if earlier is not None:
-        if orjson.loads(earlier.response).get("status") == "cancelled":
+        if _ended_elsewhere(orjson.loads(earlier.response)):
             return False
         conn.execute(delete(responses).where(responses.c.id == record.response_id))
     conn.execute(
@@ -43,6 +45,12 @@ def keep(conn: Connection, record: StoredResponse, expires_at: float, *, replaci
         )
     )
     return True
+
+
+def _ended_elsewhere(response: dict[str, object]) -> bool:
+    error = response.get("error")
+    gone = isinstance(error, dict) and error.get("code") == GONE["code"]
+    return response.get("status") == "cancelled" or (response.get("status") == "failed" and gone)
 
 
 def fetch(conn: Connection, response_id: str, owner: str, now: float) -> StoredResponse | None:

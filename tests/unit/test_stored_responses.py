@@ -122,6 +122,9 @@ def test_a_background_response_whose_run_went_silent_is_failed_when_read() -> No
         assert failed is not None and failed.response["status"] == "failed"
         assert failed.response["error"]["code"] == "gateway_gone"
         assert store.response("resp_r1", "alice") == failed  # for good
+        late = {**_answer("r1", "640"), "status": "completed", "background": True}
+        assert not store.keep_response(stored("alice", 126.0, late, [], []), 1e9, replacing=True)
+        assert store.response("resp_r1", "alice") == failed  # its gateway's late end is dropped
         unrecorded = {**_answer("r2", ""), "status": "in_progress", "background": True, "output": []}
         store.keep_response(stored("alice", 125.0, unrecorded, [], []), 1e9)  # killed before its row
         now[0] = 140.0
