@@ -186,9 +186,10 @@ class CanaryEvals:
 
     def forget(self, route: str) -> None:
         """Drop the route's results (its plan ended), cancelling a run still going."""
-        for key in [k for k in self._tasks if k.split(":", 1)[0] == route[:150]]:
+        mine = route[:150]  # a key is the route's start, then ":" and a digest with no ":" in it
+        for key in [k for k in self._tasks if k.rsplit(":", 1)[0] == mine]:
             self._tasks.pop(key).cancel()
-        for key in [k for k in self._done if k.split(":", 1)[0] == route[:150]]:
+        for key in [k for k in self._done if k.rsplit(":", 1)[0] == mine]:
             del self._done[key]
 
     async def close(self) -> None:

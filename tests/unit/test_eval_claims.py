@@ -3,7 +3,12 @@ claim gone quiet taken over, the first result kept; and which version a canary s
 
 from __future__ import annotations
 
-from serving.routing.canary import canary_started_at
+import asyncio
+
+from serving.canary_eval import CanaryEvals, _key
+from serving.metrics import GatewayMetrics
+from serving.routing.canary import EvalScores, canary_started_at
+from serving.routing.spec import CanaryPlan, EvalGate
 from serving.store import RouteStore
 
 
@@ -41,3 +46,27 @@ def test_a_canary_started_at_the_version_before_the_judges_promotions() -> None:
     assert canary_started_at({1: "seed"}, 1) == 1  # a canary in the config file
     again = {**actions, 5: "canary-rollback", 6: "canary-start", 7: "canary-promote"}
     assert canary_started_at(again, 7) == 6  # started again: a new plan, evaluated again
+
+
+def test_a_route_whose_name_has_a_colon_forgets_its_eval_when_its_plan_ends() -> None:
+    async def scenario() -> None:
+        store = RouteStore("sqlite://")
+        try:
+            plan = CanaryPlan(
+                stable="a", canary="b", eval_gate=EvalGate(dataset="addition", min_accuracy=0.9)
+            )
+            evals = CanaryEvals({}, GatewayMetrics(), store.eval_claims)
+            for route in ("llama:8b", "llama"):  # another gateway ran each plan's eval
+                key = _key(route, plan, 2)
+                assert store.eval_claims.claim(key, route, "gw-a", stale_s=30.0)
+                store.eval_claims.finish(
+                    key, '{"scores": {"dataset": "addition@1", "examples": 50, "canary": 1.0}}'
+                )
+                found = await evals.result(route, plan, 2)
+                assert isinstance(found, EvalScores) and found.canary == 1.0
+            evals.forget("llama:8b")
+            assert list(evals._done) == [_key("llama", plan, 2)]  # that route's result alone is gone
+        finally:
+            store.close()
+
+    asyncio.run(scenario())
