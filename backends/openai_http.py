@@ -82,6 +82,8 @@ class OpenAIHttpBackend:
             task=settings.task,
         )
         self._paths = {"chat": "/chat/completions", "completion": "/completions"}
+        # vLLM's /tokenize sits at the server's root, beside /v1 (sent with ``from_root``)
+        self._tokenize = metrics_url(urlsplit(str(settings.base_url)).path, "/tokenize")
         self._headers = dict(UPSTREAM_HEADERS)
         if settings.api_key:
             self._headers["authorization"] = f"Bearer {settings.api_key}"
@@ -196,8 +198,7 @@ class OpenAIHttpBackend:
                 body["tools"] = request.extra["tools"]
         else:
             body["prompt"] = request.prompt_ids if request.prompt_ids is not None else request.prompt or ""
-        path = metrics_url(urlsplit(str(self.settings.base_url)).path, "/tokenize")  # beside /v1
-        resp = await self._send(path, orjson.dumps(body), request.request_id, from_root=True)
+        resp = await self._send(self._tokenize, orjson.dumps(body), request.request_id, from_root=True)
         if resp.status == 404:
             resp.release()
             raise ClientError(

@@ -308,7 +308,8 @@ class UpstreamPool:
             host_header += f":{parts.port}"
         fixed = {"host": host_header, **(headers or {})}
         self._fixed = "".join(f"{name}: {value}\r\n" for name, value in fixed.items()).encode("latin-1")
-        self._starts: dict[tuple[str, str], bytes] = {}  # (method, path) → request line + fixed headers
+        # (method, path, from the server's root) → request line + fixed headers
+        self._starts: dict[tuple[str, str, bool], bytes] = {}
         self._idle: deque[_Connection] = deque()
         self._open = 0
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
@@ -329,7 +330,7 @@ class UpstreamPool:
 
         A reused connection the upstream closed before answering a byte is retried once on a
         fresh one (the request cannot have been acted on), as urllib3 and aiohttp do."""
-        head = self._head(method, path if from_root else self.path + path, body, headers)
+        head = self._head(method, path, body, headers, from_root)
         while True:
             conn = self._take_idle() or await self._acquire()
             try:
@@ -383,13 +384,15 @@ class UpstreamPool:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _head(self, method: str, path: str, body: bytes | None, headers: dict[str, str] | None) -> bytes:
-        """The request's head; ``path``: the whole request target."""
-        start = self._starts.get((method, path))
+    def _head(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str] | None, from_root: bool
+    ) -> bytes:
+        start = self._starts.get((method, path, from_root))
         if start is None:  # an adapter sends to a few paths: their request lines are made once
-            start = f"{method} {path} HTTP/1.1\r\n".encode("latin-1") + self._fixed
+            target = path if from_root else self.path + path
+            start = f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + self._fixed
             if len(self._starts) < 64:
-                self._starts[(method, path)] = start
+                self._starts[(method, path, from_root)] = start
         parts = [start]
         if headers:
             parts += [f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items()]

@@ -90,14 +90,13 @@ class BackgroundRuns:
 
     async def _watching(self) -> None:
         """While runs are in flight, beat for them (``serving.store.background_runs``) and stop
-        those a cancel on another gateway marked."""
+        those ended elsewhere (cancelled, or failed while this gateway could not beat) or deleted."""
         while self._runs:
             await asyncio.sleep(self._check_every)
             try:
-                await asyncio.to_thread(self.store.runs_beat, list(self._runs))
-                gone = await asyncio.to_thread(self.store.cancelled_responses, list(self._runs))
+                gone = await asyncio.to_thread(self.store.runs_beat, list(self._runs))
             except Exception:
-                log.exception("could not read whether background responses were cancelled")
+                log.exception("could not beat for background responses, or read whether they were stopped")
                 continue
             for response_id in gone:
                 self.stop(response_id)

@@ -94,8 +94,9 @@ def cancel(conn: Connection, response_id: str, owner: str, now: float) -> Stored
     )
 
 
-def cancelled(conn: Connection, response_ids: list[str]) -> list[str]:
-    """Which of these responses are cancelled (or gone): a gateway running them stops them."""
+def stopped(conn: Connection, response_ids: list[str]) -> list[str]:
+    """Which of these responses were ended elsewhere (cancelled, failed for a silent gateway) or
+    deleted: a gateway running them stops them."""
     rows = conn.execute(select(responses.c.id, responses.c.response).where(responses.c.id.in_(response_ids)))
-    live = {row.id for row in rows if orjson.loads(row.response).get("status") != "cancelled"}
+    live = {row.id for row in rows if not _ended_elsewhere(orjson.loads(row.response))}
     return [response_id for response_id in response_ids if response_id not in live]

@@ -318,10 +318,6 @@ class RouteStore:
         with self._writing() as conn:
             return stored_responses.cancel(conn, response_id, owner, self._clock())
 
-    def cancelled_responses(self, response_ids: list[str]) -> list[str]:
-        with self._reading() as conn:
-            return stored_responses.cancelled(conn, response_ids)
-
     def response(self, response_id: str, owner: str) -> StoredResponse | None:
         """That key's response; a background one whose run went silent is failed first."""
         with self._reading() as conn:
@@ -342,9 +338,11 @@ class RouteStore:
         with self._writing() as conn:
             background_runs.started(conn, response_id, self._clock())
 
-    def runs_beat(self, response_ids: list[str]) -> None:
+    def runs_beat(self, response_ids: list[str]) -> list[str]:
+        """Beat for these running background responses; those to stop (``stored_responses.stopped``)."""
         with self._writing() as conn:
             background_runs.beat(conn, response_ids, self._clock())
+            return stored_responses.stopped(conn, response_ids)
 
     def run_ended(self, response_id: str) -> None:
         with self._writing() as conn:

@@ -75,15 +75,18 @@ def test_a_background_response_is_polled_to_the_answer_a_foreground_one_gets(tmp
         assert not_background.value.code == "not_cancellable"
 
 
+def _slow_route_config(folder: Path, upstream: FaultServer, **responses: Any) -> Path:
+    """A gateway config whose route ``chat`` is the fault ``upstream`` (30 s read timeout)."""
+    variants = {"slow": fault_variant(upstream, read_timeout=30.0)}
+    routes = {"chat": {"targets": [{"variant": "slow"}]}}
+    return write_config(folder / "gateway.yaml", variants, routes, responses=responses)
+
+
 @pytest.fixture
 def two_gateways(tmp_path: Path) -> Iterator[tuple[Launched, Launched, FaultServer]]:
     """Two gateways on one store, each with one background slot, in front of one fault upstream."""
     with FaultServer() as upstream:
-        variants = {"slow": fault_variant(upstream, read_timeout=30.0)}
-        routes = {"chat": {"targets": [{"variant": "slow"}]}}
-        config = write_config(
-            tmp_path / "gateway.yaml", variants, routes, responses={"background_max_running": 1}
-        )
+        config = _slow_route_config(tmp_path, upstream, background_max_running=1)
         with running_gateway(config) as first, running_gateway(config) as second:
             yield first, second, upstream
 
@@ -198,10 +201,7 @@ def test_a_stream_is_picked_up_on_another_gateway_and_ends_when_cancelled(
 
 def test_a_gateway_shutting_down_leaves_its_runs_failed(tmp_path: Path) -> None:
     with FaultServer() as upstream:
-        variants = {"slow": fault_variant(upstream, read_timeout=30.0)}
-        config = write_config(
-            tmp_path / "gateway.yaml", variants, {"chat": {"targets": [{"variant": "slow"}]}}
-        )
+        config = _slow_route_config(tmp_path, upstream)
         with running_gateway(config) as survivor:
             with running_gateway(config) as leaving:
                 run = _slow(_client(leaving))
@@ -213,11 +213,7 @@ def test_a_gateway_shutting_down_leaves_its_runs_failed(tmp_path: Path) -> None:
 
 def test_a_run_whose_gateway_was_killed_is_failed_once_it_has_gone_silent(tmp_path: Path) -> None:
     with FaultServer() as upstream:
-        variants = {"slow": fault_variant(upstream, read_timeout=30.0)}
-        routes = {"chat": {"targets": [{"variant": "slow"}]}}
-        config = write_config(
-            tmp_path / "gateway.yaml", variants, routes, responses={"background_orphan_s": 2.0}
-        )
+        config = _slow_route_config(tmp_path, upstream, background_orphan_s=2.0)
         with running_gateway(config) as survivor, running_gateway(config) as doomed:
             run = _slow(_client(doomed))
             other = _client(survivor)

@@ -82,13 +82,13 @@ def test_a_background_responses_states_replace_each_other_until_a_cancel_which_i
         queued = {**_answer("r1", ""), "status": "queued", "background": True, "output": []}
         items = input_items("12+34=", "r1")
         assert store.keep_response(stored("alice", 100.0, queued, items, []), 1e9)
-        assert store.cancelled_responses(["resp_r1", "resp_gone"]) == ["resp_gone"]  # gone: stop it too
+        assert store.runs_beat(["resp_r1", "resp_gone"]) == ["resp_gone"]  # gone: stop it too
         running = {**queued, "status": "in_progress"}
         assert store.keep_response(stored("alice", 100.0, running, items, []), 1e9, replacing=True)
         assert store.cancel_response("resp_r1", "bob") is None
         cancelled = store.cancel_response("resp_r1", "alice")
         assert cancelled is not None and cancelled.response["status"] == "cancelled"
-        assert store.cancelled_responses(["resp_r1"]) == ["resp_r1"]
+        assert store.runs_beat(["resp_r1"]) == ["resp_r1"]
         done = {**_answer("r1", "640"), "status": "completed"}
         assert not store.keep_response(stored("alice", 100.0, done, items, []), 1e9, replacing=True)
         kept = store.response("resp_r1", "alice")
@@ -113,7 +113,7 @@ def test_a_background_response_whose_run_went_silent_is_failed_when_read() -> No
         store.keep_response(stored("alice", 100.0, queued, input_items("12+34=", "r1"), []), 1e9)
         store.run_started("resp_r1")
         now[0] = 110.0
-        store.runs_beat(["resp_r1"])  # its gateway is alive
+        assert store.runs_beat(["resp_r1"]) == []  # its gateway is alive, and the run goes on
         now[0] = 124.0
         found = store.response("resp_r1", "alice")
         assert found is not None and found.response["status"] == "queued"  # 14 s since the beat
@@ -125,6 +125,7 @@ def test_a_background_response_whose_run_went_silent_is_failed_when_read() -> No
         late = {**_answer("r1", "640"), "status": "completed", "background": True}
         assert not store.keep_response(stored("alice", 126.0, late, [], []), 1e9, replacing=True)
         assert store.response("resp_r1", "alice") == failed  # its gateway's late end is dropped
+        assert store.runs_beat(["resp_r1"]) == ["resp_r1"]  # and its gateway, back, stops the run
         unrecorded = {**_answer("r2", ""), "status": "in_progress", "background": True, "output": []}
         store.keep_response(stored("alice", 125.0, unrecorded, [], []), 1e9)  # killed before its row
         now[0] = 140.0
