@@ -4,12 +4,16 @@ The client API handlers call :meth:`Access.client` before routing (401 for a mis
 unknown key unless anonymous clients are allowed, 429 with ``Retry-After`` when a key has
 spent its requests or tokens per minute) and :meth:`Access.charge` once usage is known.
 The admin API calls :meth:`Access.admin` with the role an endpoint needs. The key ring
-is rebuilt by ``serving.route_sync`` whenever the store's keys change.
+is rebuilt by ``serving.route_sync`` whenever the store's keys change. A batch's requests
+(``serving.batch_runner``) come in with a key of :meth:`Access.acting_for`, made in this process
+and never sent anywhere, that acts as the key that made the batch, with its limits as they are
+then (revoked since: a 401).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterable
 
@@ -26,7 +30,7 @@ from serving.auth import (
 )
 from serving.auth import bearer_token as parse_bearer
 from serving.config import AuthSettings
-from serving.errors import RateLimited
+from serving.errors import RateLimited, Unauthorized
 from serving.metrics import GatewayMetrics
 from serving.ratelimit_shared import Limiter, LocalLimiter
 
@@ -46,12 +50,16 @@ class Access:
         # In-process buckets by default; serving.ray_app passes one shared by every replica.
         self.limiter: Limiter = limiter or LocalLimiter(clock)
         self.keyring = KeyRing((), bootstrap_admin_token=self._bootstrap)
+        self._acting: dict[str, str] = {}  # in-process key → the owner (limit_key) it acts for
+        self._acting_keys: dict[str, str] = {}  # and back
 
     def reload(self, records: Iterable[KeyLike]) -> None:
         self.keyring = KeyRing(records, bootstrap_admin_token=self._bootstrap)
 
     async def client(self, authorization: str | None, api_key_header: str | None = None) -> Principal:
         sent = [key for key in (parse_bearer(authorization), api_key_header) if key]
+        if self._acting and sent and sent[0] in self._acting:
+            return await self._admitted(self._owner(self._acting[sent[0]]))
         principal = next((p for key in sent if (p := self.keyring.lookup(key)) is not None), None)
         # A key of Turnout's own shape anywhere, in either header or under another scheme
         # (Basic, as curl -u sends it, a bare key), is never taken as anonymous: it loses its limits.
@@ -65,6 +73,9 @@ class Access:
             authorization=authorization,
             issued_shape=issued,
         )
+        return await self._admitted(principal)
+
+    async def _admitted(self, principal: Principal) -> Principal:
         if principal.rpm is None and principal.tpm is None:
             return principal
         wait = await self.limiter.admit(principal.limit_key, principal.rpm, principal.tpm)
@@ -75,6 +86,23 @@ class Access:
                 f"{principal.rpm or '∞'} requests and {principal.tpm or '∞'} tokens per minute",
                 retry_after=wait,
             )
+        return principal
+
+    def acting_for(self, owner: str) -> str | None:
+        """A key that acts as the caller whose stored things are ``owner``'s (``owner_of``), or
+        None for the anonymous caller (its requests carry no key)."""
+        if owner == ANONYMOUS.limit_key:
+            return None
+        key = self._acting_keys.get(owner)
+        if key is None:
+            key = f"tb-acting-{secrets.token_urlsafe(32)}"
+            self._acting[key], self._acting_keys[owner] = owner, key
+        return key
+
+    def _owner(self, owner: str) -> Principal:
+        principal = self.keyring.owner(owner)
+        if principal is None:
+            raise Unauthorized("the API key that made this batch was revoked", code="key_revoked")
         return principal
 
     def charge(self, principal: Principal, tokens: int) -> None:

@@ -24,8 +24,10 @@ from serving.access import Access
 from serving.api import (
     admin_keys,
     admin_routes,
+    batches_route,
     conversations_route,
     embeddings_route,
+    files_route,
     health,
     input_tokens,
     openai_routes,
@@ -35,6 +37,7 @@ from serving.api import errors as api_errors
 from serving.api.background_responses import BackgroundRuns
 from serving.api.openai_routes import request_id
 from serving.api.state import AppState
+from serving.batch_runner import BatchRunner
 from serving.canary_controller import CanaryController
 from serving.config import GatewayConfig, default_config
 from serving.errors import TurnoutError
@@ -168,6 +171,7 @@ def create_app(
     sync = RouteSync(store, gateway, access, config.store.poll_interval_s)
     canary = CanaryController(gateway, sync, metrics, config.canary.tick_s)
     background = BackgroundRuns(store, config.responses.background_max_running, metrics.background)
+    batch_runner = BatchRunner(store, access, config.batches)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -180,9 +184,11 @@ def create_app(
             # thousand requests under load: a latency spike and ~30 us of CPU a request).
             gc.collect()
             gc.freeze()
+        batch_runner.start(app)
         try:
             yield
         finally:
+            await batch_runner.close()
             await background.close()
             await canary.close()
             await tee.close()
@@ -210,6 +216,7 @@ def create_app(
         shadow_recorder=recorder,
         canary=canary,
         background=background,
+        batches=batch_runner,
         variant_aliases=config.variant_aliases,
     )
     for path, endpoint in app.hot_routes.items():  # the way in under a path prefix (Ray Serve)
@@ -223,6 +230,10 @@ def create_app(
     app.add_route("/v1/responses/{rest:path}", stored_responses.stored_response, methods=kept)
     app.add_route("/v1/conversations", conversations_route.create_conversation, methods=["POST"])
     app.add_route("/v1/conversations/{rest:path}", conversations_route.conversation, methods=kept)
+    app.add_route("/v1/files", files_route.files, methods=["GET", "POST"])
+    app.add_route("/v1/files/{rest:path}", files_route.one_file, methods=["GET", "DELETE", "POST"])
+    app.add_route("/v1/batches", batches_route.batches, methods=["GET", "POST"])
+    app.add_route("/v1/batches/{rest:path}", batches_route.one_batch, methods=["GET", "POST"])
     app.add_route("/health", health.health, methods=["GET"])
     app.add_route("/ready", health.ready, methods=["GET"])
     app.add_route("/metrics", health.metrics, methods=["GET"])

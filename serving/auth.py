@@ -124,6 +124,7 @@ class KeyRing:
     def __init__(self, records: Iterable[KeyLike], *, bootstrap_admin_token: str | None = None) -> None:
         # hash → (the stored hash, its principal): the lookup ends with a constant-time compare.
         self._by_hash: dict[str, tuple[str, Principal]] = {}
+        self._by_owner: dict[str, Principal] = {}  # by limit_key: whose stored things are whose
         refused: set[str] = set()
         for record in records:
             if record.revoked_at is not None or not is_role(record.role):
@@ -139,9 +140,14 @@ class KeyRing:
             digest = hash_key(bootstrap_admin_token)
             if digest not in self._by_hash and digest not in refused:
                 self._by_hash[digest] = (digest, Principal("env-admin", "admin"))
+        self._by_owner = {principal.limit_key: principal for _, principal in self._by_hash.values()}
 
     def __len__(self) -> int:
         return len(self._by_hash)
+
+    def owner(self, limit_key: str) -> Principal | None:
+        """The key in force whose ``limit_key`` this is (None: revoked, or never a key)."""
+        return self._by_owner.get(limit_key)
 
     def lookup(self, key: str | None) -> Principal | None:
         """The principal for a presented key, or None when it is missing, unknown or revoked."""

@@ -131,6 +131,25 @@ class ResponsesSettings(BaseModel):
     background_orphan_s: Annotated[float, Field(gt=0)] = 15.0
 
 
+class BatchSettings(BaseModel):
+    """OpenAI's Batch API: ``/v1/files`` keeps a batch's input file, ``/v1/batches`` runs each of
+    its requests through this gateway as the key that made it (``serving.batch_runner``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_file_bytes: Annotated[int, Field(ge=1)] = 100 * 1024 * 1024  # an upload's size (OpenAI: 200 MB)
+    max_requests: Annotated[int, Field(ge=1)] = 50_000  # requests in one batch, as OpenAI's
+    # Uploaded files and a batch's output and error files are gone this long after they were made.
+    file_retention_s: Annotated[float, Field(gt=0)] = 30 * 86400.0
+    max_running: Annotated[int, Field(ge=1)] = 2  # batches each gateway runs at once
+    # Requests each running batch has in flight at once: what a batch takes from live traffic.
+    concurrency: Annotated[int, Field(ge=1)] = 8
+    # A batch whose gateway has not beaten for it this long (killed, cut off) is taken over.
+    orphan_s: Annotated[float, Field(gt=0)] = 15.0
+    # How often a gateway beats for its batches, keeps their answers and looks for batches to run.
+    check_every_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+
+
 class BreakerConfig(BaseModel):
     """Per-variant circuit breaker: open on consecutive failures or a high error rate."""
 
@@ -173,6 +192,7 @@ class GatewayConfig(BaseModel):
     auth: AuthSettings = AuthSettings()
     shadow: ShadowSettings = ShadowSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    batches: BatchSettings = BatchSettings()
     breaker: BreakerConfig = BreakerConfig()
     canary: CanarySettings = CanarySettings()
     # Variants declared by a deploy spec (serving/spec_variants.py); each one's id is the spec's.

@@ -16,6 +16,7 @@ from serving.store import RouteStore
 
 if TYPE_CHECKING:  # it reads this module's AppState
     from serving.api.background_responses import BackgroundRuns
+    from serving.batch_runner import BatchRunner
 
 
 @dataclass(slots=True)
@@ -29,6 +30,7 @@ class AppState:
     sync: RouteSync
     shadow_recorder: ShadowRecorder
     background: BackgroundRuns
+    batches: BatchRunner
     canary: CanaryController | None = None
     # Spec name → variant id of spec-declared variants: admin writes may name them either way.
     variant_aliases: dict[str, str] = field(default_factory=dict)

@@ -31,9 +31,11 @@ from serving.routing.canary import hand_edit_action
 from serving.routing.spec import RouteSpec
 from serving.store import audit_log, background_runs, keys, versions
 from serving.store import responses as stored_responses
+from serving.store.batches import BatchStore
 from serving.store.conversations import ConversationStore
 from serving.store.engine import WRITE_OPTION, display_url, is_in_memory_sqlite, open_engine, sqlite_file
 from serving.store.eval_claims import EvalClaims
+from serving.store.files import FileStore
 from serving.store.marker_probe import MarkerProbe
 from serving.store.records import ApiKeyRecord, AuditEntry, RouteVersion
 from serving.store.response_events import ResponseEventStore
@@ -81,6 +83,8 @@ class RouteStore:
             self.conversations = ConversationStore(self._reading, self._writing, clock)
             self.response_events = ResponseEventStore(self._reading, self._writing, clock)
             self.eval_claims = EvalClaims(self._reading, self._writing, clock)
+            self.files = FileStore(self._reading, self._writing, clock)
+            self.batches = BatchStore(self._reading, self._writing, clock)
             database = sqlite_file(url)
             self._probe = MarkerProbe(database) if database is not None else None
         except (SQLAlchemyError, OSError) as exc:

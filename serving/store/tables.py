@@ -14,6 +14,7 @@ from sqlalchemy import (
     Double,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -152,4 +153,52 @@ background_runs = Table(
     metadata,
     Column("response_id", String(255), primary_key=True),
     Column("heartbeat_at", Double, nullable=False),
+)
+
+# Files API (``serving.api.files_route``): a batch's input file as uploaded, and the output and
+# error files its run writes, each readable only by its owner's key, until ``expires_at``.
+files = Table(
+    "files",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    Column("purpose", String(64), nullable=False),
+    Column("filename", String(255), nullable=False),
+    Column("bytes", Integer, nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=True),
+    Column("content", LargeBinary, nullable=False),
+    Index("ix_files_owner_created", "owner", "created_at"),
+)
+
+# Batch API (``serving.api.batches_route``, ``serving.batch_runner``): a batch, its state and who
+# runs it (the gateway beating for it; another takes it over when the beat stops) ...
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("batch", Text, nullable=False),  # the rest of serving.batches.BatchRecord (JSON)
+    Column("claimant", String(255), nullable=True),
+    Column("heartbeat_at", Double, nullable=True),
+    Index("ix_batches_owner_created", "owner", "created_at"),
+    Index("ix_batches_status", "status"),
+)
+
+# ... and its requests, each with its answer once it has a final one (a line without one is sent
+# by whichever gateway runs the batch).
+batch_requests = Table(
+    "batch_requests",
+    metadata,
+    Column("batch_id", String(255), primary_key=True),
+    Column("line", Integer, primary_key=True, autoincrement=False),  # its place in the input, from 0
+    Column("custom_id", String(512), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("status_code", Integer, nullable=True),  # None: not answered yet
+    Column("result", Text, nullable=True),  # its output or error file line (JSON)
+    Column("input_tokens", Integer, nullable=False, default=0),
+    Column("output_tokens", Integer, nullable=False, default=0),
 )

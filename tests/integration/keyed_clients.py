@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -19,9 +20,10 @@ ROUTE = {"turnout-tiny": {"targets": [{"variant": "tiny"}]}}
 
 @contextmanager
 def keyed_tiny_gateway(
-    folder: Path, names: tuple[str, ...]
+    folder: Path, names: tuple[str, ...], **sections: Any
 ) -> Iterator[tuple[Launched, dict[str, openai.OpenAI]]]:
-    config = write_config(folder / "gateway.yaml", TINY, ROUTE, auth={"anonymous_clients": False})
+    """``sections``: more of the gateway's config (``batches``, …)."""
+    config = write_config(folder / "gateway.yaml", TINY, ROUTE, auth={"anonymous_clients": False}, **sections)
     with running_gateway(config) as gateway:
         clients = {}
         for name in names:

@@ -1,0 +1,185 @@
+"""Batch runs across gateways on one store, in front of a fault upstream (``backends/fault.py``).
+
+A batch cancelled through another gateway stops there within seconds (its requests in flight
+fall to 0 long before the slow upstream would answer) and keeps the answers it had; a batch
+whose gateway is killed is taken over once its beat is older than ``batches.orphan_s``, and
+every line is answered exactly once; a gateway that shuts down hands its batch to another at
+once; a key's rate limit paces its batch (refused lines wait and are sent again) instead of
+failing it; an upstream that stays unavailable fails its lines after a bounded number of tries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from backends.fault import FaultServer
+from serving.batches import UNAVAILABLE_TRIES
+from serving.launcher import Launched
+from tests.integration.control_plane import (
+    admin,
+    eventually,
+    fault_variant,
+    metric_value,
+    running_gateway,
+    write_config,
+)
+
+SLOW_MS = 8000
+
+
+@pytest.fixture
+def upstream() -> Iterator[FaultServer]:
+    with FaultServer() as server:
+        yield server
+
+
+def _config(folder: Path, upstream: FaultServer, **batches: Any) -> Path:
+    variants = {"slow": fault_variant(upstream, read_timeout=30.0)}
+    routes = {"chat": {"targets": [{"variant": "slow"}]}}
+    return write_config(folder / "gateway.yaml", variants, routes, batches=batches)
+
+
+def _client(gateway: Launched, key: str = "anything") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+
+
+def _start(client: openai.OpenAI, faults: list[str]) -> Any:
+    """A chat batch of one line per fault script (``latency=…``), in that order."""
+    lines = [
+        {
+            "custom_id": f"line-{n}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "x_fault": fault},
+        }
+        for n, fault in enumerate(faults)
+    ]
+    content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+    uploaded = client.files.create(file=("input.jsonl", io.BytesIO(content)), purpose="batch")
+    return client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+
+
+def _ended(client: openai.OpenAI, batch_id: str, timeout: float = 30.0) -> Any:
+    seen: list[Any] = []
+
+    def ended() -> bool:
+        try:  # a key's own batch may have spent its requests per minute: poll on
+            seen.append(client.batches.retrieve(batch_id))
+        except openai.RateLimitError:
+            return False
+        return seen[-1].status in ("completed", "failed", "expired", "cancelled")
+
+    eventually(ended, timeout, interval=0.2)
+    return seen[-1]
+
+
+def _answered(client: openai.OpenAI, batch_id: str, count: int, timeout: float = 20.0) -> None:
+    eventually(lambda: client.batches.retrieve(batch_id).request_counts.completed >= count, timeout)  # type: ignore[union-attr]
+
+
+def _custom_ids(client: openai.OpenAI, file_id: str | None) -> list[str]:
+    assert file_id is not None
+    return [orjson.loads(line)["custom_id"] for line in client.files.content(file_id).content.splitlines()]
+
+
+def _in_flight(*gateways: Launched) -> float:
+    return sum(metric_value(gateway.url, "turnout_requests_in_flight", route="chat") for gateway in gateways)
+
+
+def test_a_batch_cancelled_through_another_gateway_stops_and_keeps_its_answers(
+    tmp_path: Path, upstream: FaultServer
+) -> None:
+    config = _config(tmp_path, upstream, concurrency=2)
+    with running_gateway(config) as first, running_gateway(config) as second:
+        here, there = _client(first), _client(second)
+        batch = _start(here, ["latency=10", "latency=10"] + [f"latency={SLOW_MS}"] * 4)
+        _answered(there, batch.id, 2)
+        eventually(lambda: _in_flight(first, second) == 2, 5)  # the next two lines, slow
+        cancelling = there.batches.cancel(batch.id)
+        assert cancelling.status == "cancelling" and cancelling.cancelling_at is not None
+        stopped_after = eventually(lambda: _in_flight(first, second) == 0, 5)
+        assert stopped_after < SLOW_MS / 1000 - 2  # stopped, not answered
+        cancelled = _ended(here, batch.id, 10)
+        assert cancelled.status == "cancelled" and cancelled.cancelled_at is not None
+        assert cancelled.request_counts.completed == 2 and cancelled.request_counts.failed == 0
+        assert cancelled.request_counts.total == 6
+        assert _custom_ids(here, cancelled.output_file_id) == ["line-0", "line-1"]
+        assert cancelled.error_file_id is None  # lines never sent are in neither file
+        assert there.batches.cancel(batch.id).status == "cancelled"  # again: unchanged
+
+
+def test_a_killed_gateways_batch_is_taken_over_and_each_line_answered_once(
+    tmp_path: Path, upstream: FaultServer
+) -> None:
+    config = _config(tmp_path, upstream, concurrency=1, orphan_s=2.0)
+    lines = 30
+    with running_gateway(config) as doomed:
+        batch = _start(_client(doomed), ["latency=500"] * lines)
+        _answered(_client(doomed), batch.id, 2)
+        with running_gateway(config) as survivor:
+            other = _client(survivor)
+            os.kill(doomed.pid, signal.SIGKILL)  # nothing hands the batch back
+            left = other.batches.retrieve(batch.id)
+            assert left.status == "in_progress" and left.request_counts.completed < lines  # type: ignore[union-attr]
+            done = _ended(other, batch.id)
+            assert done.status == "completed" and done.request_counts.completed == lines, done
+            assert _custom_ids(other, done.output_file_id) == [f"line-{n}" for n in range(lines)]
+            assert done.error_file_id is None
+
+
+def test_a_gateway_shutting_down_hands_its_batch_to_another_at_once(
+    tmp_path: Path, upstream: FaultServer
+) -> None:
+    config = _config(tmp_path, upstream, concurrency=1, orphan_s=120.0)
+    with contextlib.ExitStack() as both, contextlib.ExitStack() as first:
+        both.callback(first.close)
+        leaving = first.enter_context(running_gateway(config))
+        batch = _start(_client(leaving), ["latency=400"] * 6)
+        _answered(_client(leaving), batch.id, 1)
+        staying = both.enter_context(running_gateway(config))  # started after: it claimed nothing
+        first.close()  # a graceful stop
+        done = _ended(_client(staying), batch.id, 20)  # long before orphan_s
+    assert done.status == "completed" and done.request_counts.completed == 6, done
+
+
+def test_a_keys_rate_limit_paces_its_batch_instead_of_failing_it(
+    tmp_path: Path, upstream: FaultServer
+) -> None:
+    config = _config(tmp_path, upstream, concurrency=8)
+    with running_gateway(config) as gateway:
+        made = httpx.post(f"{gateway.url}/admin/keys", json={"name": "paced", "rpm": 60}, headers=admin())
+        assert made.status_code == 201, made.text
+        client = _client(gateway, made.json()["key"])
+        batch = _start(client, ["ok"] * 62)  # 60 at once (these two calls' among them), then one a second
+        done = _ended(client, batch.id, 40)
+        assert done.status == "completed" and done.request_counts.completed == 62, done
+        assert metric_value(gateway.url, "turnout_rate_limited_total", key="paced") >= 1
+
+
+def test_an_upstream_that_stays_unavailable_fails_its_lines_after_bounded_tries(
+    tmp_path: Path, upstream: FaultServer
+) -> None:
+    config = _config(tmp_path, upstream, concurrency=2)
+    with running_gateway(config) as gateway:
+        client = _client(gateway)
+        batch = _start(client, ["ok", "error=503,retry_after=0"])
+        done = _ended(client, batch.id, 30)
+        assert done.status == "completed" and done.request_counts.failed == 1, done
+        assert _custom_ids(client, done.error_file_id) == ["line-1"]
+        answer = orjson.loads(client.files.content(done.error_file_id).content)["response"]  # type: ignore[arg-type]
+        assert answer["status_code"] == 503
+        # Sent again, but not for ever (the variant's breaker answers some tries itself).
+        assert 3 <= httpx.get(f"{upstream.url}/stats").json()["requests"] <= 1 + UNAVAILABLE_TRIES

@@ -1,0 +1,50 @@
+"""The keys a batch's requests come in with (``Access.acting_for``): each acts as the key that
+made the batch, with that key's limits as they are when the request runs, and stops acting once
+that key is revoked; the anonymous caller's batches carry no key. No server: the access layer
+with a key ring built from records."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serving.access import Access
+from serving.api.stored_responses import owner_of
+from serving.auth import ANONYMOUS, hash_key
+from serving.config import AuthSettings
+from serving.errors import RateLimited, Unauthorized
+from serving.metrics import GatewayMetrics
+from serving.store.records import ApiKeyRecord
+
+SECRET = "tk-alice-secret-key-for-tests"
+
+
+def _record(rpm: int | None = None, revoked_at: float | None = None) -> ApiKeyRecord:
+    return ApiKeyRecord(1, "alice", "client", hash_key(SECRET), SECRET[:8], 0.0, revoked_at, rpm, None)
+
+
+def test_an_acting_key_is_the_batch_owners_key_with_its_limits_of_the_moment() -> None:
+    access = Access(AuthSettings(anonymous_clients=False), GatewayMetrics())
+    access.reload([_record()])
+    alice = asyncio.run(access.client(f"Bearer {SECRET}"))
+    acting = access.acting_for(owner_of(alice))
+    assert acting is not None and acting != SECRET
+    assert access.acting_for(owner_of(alice)) == acting  # one per owner
+    assert asyncio.run(access.client(f"Bearer {acting}")) == alice
+    access.reload([_record(rpm=1)])  # the key's limit, changed since the batch was made
+    assert asyncio.run(access.client(f"Bearer {acting}")).rpm == 1
+    with pytest.raises(RateLimited):  # and spent on the key's own bucket
+        asyncio.run(access.client(f"Bearer {SECRET}"))
+    access.reload([_record(revoked_at=5.0)])
+    with pytest.raises(Unauthorized) as revoked:
+        asyncio.run(access.client(f"Bearer {acting}"))
+    assert revoked.value.code == "key_revoked"
+
+
+def test_the_anonymous_callers_batches_carry_no_key_and_unknown_keys_act_for_nobody() -> None:
+    access = Access(AuthSettings(anonymous_clients=True), GatewayMetrics())
+    assert access.acting_for(owner_of(ANONYMOUS)) is None
+    assert asyncio.run(access.client(None)) == ANONYMOUS
+    # A made-up key of that shape acts for nobody: here, as any unknown key, it is anonymous.
+    assert asyncio.run(access.client("Bearer tb-acting-made-up")) == ANONYMOUS
