@@ -59,7 +59,8 @@ class Access:
     async def client(self, authorization: str | None, api_key_header: str | None = None) -> Principal:
         sent = [key for key in (parse_bearer(authorization), api_key_header) if key]
         if self._acting and sent and sent[0] in self._acting:
-            return await self._admitted(self._owner(self._acting[sent[0]]))
+            acting = self._owner(self._acting[sent[0]])
+            return acting if acting.rpm is None and acting.tpm is None else await self._admitted(acting)
         principal = next((p for key in sent if (p := self.keyring.lookup(key)) is not None), None)
         # A key of Turnout's own shape anywhere, in either header or under another scheme
         # (Basic, as curl -u sends it, a bare key), is never taken as anonymous: it loses its limits.
@@ -73,11 +74,12 @@ class Access:
             authorization=authorization,
             issued_shape=issued,
         )
+        if principal.rpm is None and principal.tpm is None:  # no await: the common case stays cheap
+            return principal
         return await self._admitted(principal)
 
     async def _admitted(self, principal: Principal) -> Principal:
-        if principal.rpm is None and principal.tpm is None:
-            return principal
+        """``principal``, once its key's limits let this request start (else a 429)."""
         wait = await self.limiter.admit(principal.limit_key, principal.rpm, principal.tpm)
         if wait is not None:
             self._metrics.rate_limited.labels(principal.name).inc()

@@ -122,7 +122,7 @@ def _visible(file_id: str, owner: str, now: float) -> ColumnElement[bool]:
 
 
 def _described(row: Row[Any, Any, Any, Any, Any, Any, Any]) -> StoredFile:
-    mapping = row._mapping
+    mapping = row._mapping  # typed as the 7 columns of _DESCRIPTION
     return StoredFile(
         str(mapping["id"]),
         str(mapping["owner"]),

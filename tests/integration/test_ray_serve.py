@@ -9,6 +9,7 @@ failed, Ray's logs are copied to pytest's temp folder before the cluster's folde
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import threading
@@ -108,6 +109,56 @@ def test_a_stored_response_is_read_back_and_continued_through_either_gateway_rep
     with ThreadPoolExecutor(8) as pool:
         listed = list(pool.map(items, range(32)))
     assert {count for _, count in listed} == {3} and len({replica for replica, _ in listed}) == 2, listed
+
+
+def test_a_batch_runs_on_a_gateway_replica_and_its_files_are_read_through_either(cluster: Cluster) -> None:
+    """A replica's lifespan starts its batch runner: a batch made through Serve's proxy is run by
+    a gateway replica, and its output is read through both (files live in the route store)."""
+    lines = [
+        {
+            "custom_id": f"{n}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
+        }
+        for n in range(4)
+    ]
+    content = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    uploaded = httpx.post(
+        f"{cluster.url}/v1/files",
+        files={"file": ("in.jsonl", content)},
+        data={"purpose": "batch"},
+        timeout=30,
+    )
+    assert uploaded.status_code == 200, uploaded.text
+    made = httpx.post(
+        f"{cluster.url}/v1/batches",
+        json={
+            "input_file_id": uploaded.json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+        timeout=30,
+    )
+    assert made.status_code == 200, made.text
+    batch: dict[str, Any] = {}
+
+    def ended() -> bool:
+        batch.update(httpx.get(f"{cluster.url}/v1/batches/{made.json()['id']}", timeout=30).json())
+        return batch["status"] in ("completed", "failed", "expired", "cancelled")
+
+    deadline = time.monotonic() + 60
+    while not ended() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 4, batch
+
+    def read(_: int) -> tuple[str, int]:
+        reply = httpx.get(f"{cluster.url}/v1/files/{batch['output_file_id']}/content", timeout=30)
+        return reply.headers.get("x-turnout-replica", "?"), len(reply.content.splitlines())
+
+    with ThreadPoolExecutor(8) as pool:
+        seen = list(pool.map(read, range(32)))
+    assert {count for _, count in seen} == {4} and len({replica for replica, _ in seen}) == 2, seen
 
 
 def test_two_gateway_replicas_serve_and_an_ab_flip_reaches_both(cluster: Cluster) -> None:
