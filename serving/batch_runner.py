@@ -50,6 +50,7 @@ log = logging.getLogger("turnout")
 
 _Answer = tuple[int, int, dict[str, Any], int, int]
 _HANG_UP_GRACE_S = 5.0
+_COALESCE_S = 0.001
 _INTERNAL = {"error": {"message": "internal error", "type": "internal_error", "param": None, "code": None}}
 _NO_STREAMS = {
     "error": {
@@ -138,7 +139,8 @@ class BatchRunner:
             if record is None:
                 break
             batch_id = record.batch_id
-            self._stops[batch_id], self._answers[batch_id] = asyncio.Event(), []
+            self._stops[batch_id] = asyncio.Event()
+            self._answers.setdefault(batch_id, [])  # answers of a run it lost may be waiting
             self._runs[batch_id] = asyncio.create_task(self._run(record))
 
     async def _keep_answers(self) -> None:
@@ -197,6 +199,7 @@ class BatchRunner:
             while len(in_flight) > most and not over():
                 left = record.expires_at - self._clock()
                 await asyncio.wait([*in_flight, stopping], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.sleep(_COALESCE_S)
 
         try:
             for line in lines:

@@ -269,9 +269,10 @@ def retry_wait(status: int, retry_after: str | None, attempt: int) -> float | No
 
 
 def output_line(custom_id: str, status: int, request_id: str, body: Any) -> dict[str, Any]:
-    """A line of the output file (a 2xx answer) or the error file (any other)."""
+    """A line of the output file (a 2xx answer) or the error file (any other), named after its
+    request's id (unique: ``serving.api.openai_routes._RequestIds``)."""
     return {
-        "id": f"batch_req_{secrets.token_hex(12)}",
+        "id": f"batch_req_{request_id or secrets.token_hex(16)}",
         "custom_id": custom_id,
         "response": {"status_code": status, "request_id": request_id, "body": body},
         "error": None,

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Row, and_, case, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, case, func, insert, or_, select, update
 
 from serving.batches import (
     CANCELLING,
@@ -59,7 +59,8 @@ class BatchStore:
 
     def create(self, record: BatchRecord, lines: list[BatchLine]) -> None:
         with self._writing() as conn:
-            conn.execute(insert(batches).values(**_row(record)))
+            counts = _counts_text(RequestCounts(total=len(lines)))
+            conn.execute(insert(batches).values(**_row(record), counts=counts))
             if lines:
                 rows = [
                     {
@@ -79,7 +80,7 @@ class BatchStore:
             ).first()
             if row is None:
                 return None
-            return _record(row), _counts(conn, [batch_id]).get(batch_id, RequestCounts())
+            return _record(row), _kept_counts(row)
 
     def page(
         self, owner: str, *, limit: int, after: str | None
@@ -102,9 +103,7 @@ class BatchStore:
             rows = conn.execute(
                 query.order_by(batches.c.created_at.desc(), batches.c.id.desc()).limit(limit + 1)
             ).all()
-            found = [_record(row) for row in rows[:limit]]
-            counts = _counts(conn, [record.batch_id for record in found])
-        return [(record, counts.get(record.batch_id, RequestCounts())) for record in found], len(rows) > limit
+        return [(_record(row), _kept_counts(row)) for row in rows[:limit]], len(rows) > limit
 
     def cancel(self, batch_id: str, owner: str) -> tuple[BatchRecord, RequestCounts] | None:
         """Mark a batch that has not ended ``cancelling`` (its runner ends it ``cancelled``)."""
@@ -118,7 +117,7 @@ class BatchStore:
             if record.status in (VALIDATING, IN_PROGRESS):
                 record = _entered(record, CANCELLING, self._clock())
                 conn.execute(update(batches).where(batches.c.id == batch_id).values(**_state(record)))
-            return record, _counts(conn, [batch_id]).get(batch_id, RequestCounts())
+            return record, _kept_counts(row)
 
     # ---- the runner's side ---------------------------------------------------------------------
 
@@ -183,22 +182,25 @@ class BatchStore:
         tokens); a line already answered keeps its first answer."""
         if not answers:
             return
-        with self._writing() as conn:
-            for line, status, result, taken, given in answers:
-                conn.execute(
-                    update(batch_requests)
-                    .where(
-                        batch_requests.c.batch_id == batch_id,
-                        batch_requests.c.line == line,
-                        batch_requests.c.status_code.is_(None),
-                    )
-                    .values(
-                        status_code=status,
-                        result=orjson.dumps(result).decode(),
-                        input_tokens=taken,
-                        output_tokens=given,
-                    )
-                )
+        kept = update(batch_requests).where(
+            batch_requests.c.batch_id == bindparam("b_batch"),
+            batch_requests.c.line == bindparam("b_line"),
+            batch_requests.c.status_code.is_(None),
+        )
+        rows = [
+            {
+                "b_batch": batch_id,
+                "b_line": line,
+                "status_code": status,
+                "result": orjson.dumps(result).decode(),
+                "input_tokens": taken,
+                "output_tokens": given,
+            }
+            for line, status, result, taken, given in answers
+        ]
+        with self._writing() as conn:  # one statement, many rows; then the batch's counts, once
+            conn.execute(kept, rows)
+            _recount(conn, batch_id)
 
     def end(self, batch_id: str, claimant: str, status: str, file_retention_s: float) -> BatchRecord | None:
         """End a batch ``claimant`` runs: ``completed``, ``cancelled`` or ``expired`` (its lines
@@ -246,6 +248,7 @@ class BatchStore:
                 .where(batches.c.id == batch_id)
                 .values(claimant=None, heartbeat_at=None, **_state(record))
             )
+            _recount(conn, batch_id)
             return record
 
 
@@ -319,6 +322,20 @@ def _record(row: Row[Any]) -> BatchRecord:
         error_file_id=rest["error_file_id"],
         times=rest["times"],
     )
+
+
+def _kept_counts(row: Row[Any]) -> RequestCounts:
+    return RequestCounts(**orjson.loads(row.counts))
+
+
+def _counts_text(counts: RequestCounts) -> str:
+    return orjson.dumps(asdict(counts)).decode()
+
+
+def _recount(conn: Connection, batch_id: str) -> None:
+    """Count the batch's answers into its row, so that a read (a client polling) is one row."""
+    counts = _counts(conn, [batch_id]).get(batch_id, RequestCounts())
+    conn.execute(update(batches).where(batches.c.id == batch_id).values(counts=_counts_text(counts)))
 
 
 def _counts(conn: Connection, batch_ids: list[str]) -> dict[str, RequestCounts]:

@@ -182,6 +182,7 @@ batches = Table(
     Column("expires_at", Double, nullable=False),
     Column("status", String(32), nullable=False),
     Column("batch", Text, nullable=False),  # the rest of serving.batches.BatchRecord (JSON)
+    Column("counts", Text, nullable=False),  # its RequestCounts (JSON), as of its last kept answers
     Column("claimant", String(255), nullable=True),
     Column("heartbeat_at", Double, nullable=True),
     Index("ix_batches_owner_created", "owner", "created_at"),

@@ -61,6 +61,11 @@ def test_embeddings_bench_prints_its_table() -> None:
         assert re.search(rf"^{row} +\d+\.\d\d +\d+\.\d\d +\d+ +\d+ +\d+ +\d+\.\d\dx$", out, re.M), out
 
 
+def test_batch_throughput_bench_prints_its_ratio() -> None:
+    out = run("bench/batch_throughput.py", "--requests", "32", "--tokens", "4", "--turns", "1")
+    assert re.search(r"batch / HTTP throughput: \d+\.\d\dx", out), out
+
+
 def test_gateway_overhead_bench_prints_its_table() -> None:
     out = run("bench/gateway_overhead.py", "--quick", "--skip-litellm")
     assert "added p50 (ms)" in out
