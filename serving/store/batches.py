@@ -125,6 +125,12 @@ class BatchStore:
         """The oldest open batch that no gateway beats for, now ``claimant``'s (in progress)."""
         now = self._clock()
         free = or_(batches.c.claimant.is_(None), batches.c.heartbeat_at < now - stale_s)
+        with self._reading() as conn:  # every gateway asks every beat: no write lock for a no
+            if (
+                conn.execute(select(batches.c.id).where(batches.c.status.in_(_OPEN), free).limit(1)).first()
+                is None
+            ):
+                return None
         with self._writing() as conn:
             candidates = conn.execute(
                 select(batches)
@@ -138,7 +144,7 @@ class BatchStore:
                     record = _entered(record, IN_PROGRESS, now)
                 taken = conn.execute(
                     update(batches)
-                    .where(batches.c.id == record.batch_id, free)
+                    .where(batches.c.id == record.batch_id, batches.c.status == row.status, free)
                     .values(claimant=claimant, heartbeat_at=now, **_state(record))
                 )
                 if taken.rowcount:  # another gateway did not take it between the read and here
