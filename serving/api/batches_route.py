@@ -26,6 +26,7 @@ from serving.batches import (
     FAILED,
     VALIDATING,
     WINDOWS,
+    BatchLine,
     BatchRecord,
     NewBatch,
     RequestCounts,
@@ -86,8 +87,8 @@ async def _create(request: Request, state: AppState, owner: str) -> dict[str, An
             param="input_file_id",
         )
     settings = state.gateway.config.batches
-    lines, errors = read_input(
-        content, wire.endpoint, max_requests=settings.max_requests, max_body_bytes=state.max_body_bytes
+    lines, errors, model = await asyncio.to_thread(  # a file of up to 100 MiB: off the event loop
+        _read, content, wire.endpoint, settings.max_requests, state.max_body_bytes
     )
     now = time.time()
     record = BatchRecord(
@@ -100,10 +101,17 @@ async def _create(request: Request, state: AppState, owner: str) -> dict[str, An
         created_at=now,
         expires_at=now + WINDOWS[wire.completion_window],
         metadata=wire.metadata,
-        model=model_of(lines),
+        model=model,
         errors=errors or None,
         times={"failed_at": now} if errors else {},
     )
     await asyncio.to_thread(state.store.batches.create, record, lines)
     state.batches.poke()
     return record.as_dict(RequestCounts(total=len(lines)))
+
+
+def _read(
+    content: bytes, endpoint: str, max_requests: int, max_body_bytes: int
+) -> tuple[list[BatchLine], list[dict[str, Any]], str | None]:
+    lines, errors = read_input(content, endpoint, max_requests=max_requests, max_body_bytes=max_body_bytes)
+    return lines, errors, model_of(lines)

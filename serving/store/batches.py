@@ -5,8 +5,10 @@ Where it sits: :attr:`serving.store.RouteStore.batches`, called from a worker th
 gateway's ``serving.batch_runner``, which claims a batch nobody runs (or whose runner stopped
 beating: killed, or cut off), beats for it while it sends the lines that have no answer yet,
 records each answer as it comes, and ends it: the output and error files are written in the
-same transaction as the batch's final state. An answer is kept once; a line a killed gateway
-had in flight is sent again by the next runner. Not audited.
+same transaction as the batch's final state, and its requests deleted (the files hold them
+now). An answer is kept once; a line a killed gateway had in flight is sent again by the next
+runner. A batch's row is kept (as OpenAI lists old batches), its files until they expire. Not
+audited.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Row, and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, case, delete, func, insert, or_, select, update
 
 from serving.batches import (
     CANCELLING,
@@ -255,6 +257,8 @@ class BatchStore:
                 .values(claimant=None, heartbeat_at=None, **_state(record))
             )
             _recount(conn, batch_id)
+            # Its files hold every answer now, and its row their counts: the lines go.
+            conn.execute(delete(batch_requests).where(batch_requests.c.batch_id == batch_id))
             return record
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from sqlalchemy import func, select
 
 from serving.batches import (
     CANCELLED,
@@ -24,6 +25,7 @@ from serving.batches import (
 )
 from serving.files import BATCH_OUTPUT, StoredFile
 from serving.store import RouteStore
+from serving.store.tables import batch_requests
 
 CHAT = "/v1/chat/completions"
 
@@ -232,6 +234,8 @@ def test_a_completed_batch_writes_its_output_and_error_files_in_line_order(
     assert ended is not None and ended.status == COMPLETED
     assert ended.times == {"in_progress_at": 100.0, "finalizing_at": 300.0, "completed_at": 300.0}
     assert store.batches.get("batch_a", "alice") == (ended, RequestCounts(4, 2, 2, 3, 3))
+    with store._reading() as conn:  # its lines are gone: the files hold them, its row their counts
+        assert conn.execute(select(func.count()).select_from(batch_requests)).scalar() == 0
     assert [line["custom_id"] for line in _jsonl(store, ended.output_file_id)] == ["a", "d"]
     errors = _jsonl(store, ended.error_file_id)
     assert [(line["custom_id"], line["response"]["status_code"]) for line in errors] == [
