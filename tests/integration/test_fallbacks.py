@@ -179,14 +179,16 @@ def test_an_upstream_429_falls_back_and_alone_reaches_the_client_with_its_retry_
 def test_when_every_attempt_fails_the_error_names_them_all(gateway: Launched) -> None:
     for _ in range(3):  # flaky's circuit is open now (opened, or a half-open probe failed again)
         chat(gateway.url, "flaky-alone")
-    assert metric_value(gateway.url, "turnout_circuit_open", variant="flaky") == 1
+    # At once, well within flaky's 1 s cooldown (a metrics scrape first took it past that on a
+    # slow host: flaky was probed again, and its 503 was the last attempt).
+    reply = chat(gateway.url, "everything-fails")
     refused = chat(gateway.url, "flaky-alone")  # no attempt at all: says when one may go again
-    assert refused.status_code == 503 and refused.json()["error"]["code"] == "circuit_open"
-    assert refused.headers["retry-after"] == "1"  # the rest of the 1 s cooldown, rounded up
-    reply = chat(gateway.url, "everything-fails")  # well within flaky's 1 s cooldown
     assert reply.status_code == 503 and reply.headers["retry-after"] == "5"  # the last attempt's
     message = reply.json()["error"]["message"]
     assert message.endswith("(attempts: busy 429, unavailable 503; circuit open: flaky)"), message
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "circuit_open"
+    assert refused.headers["retry-after"] == "1"  # the rest of the 1 s cooldown, rounded up
+    assert metric_value(gateway.url, "turnout_circuit_open", variant="flaky") == 1
 
 
 def test_the_metrics_time_what_the_client_waited_failed_attempts_and_failures_included(
