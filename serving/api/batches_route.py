@@ -76,10 +76,10 @@ async def _create(request: Request, state: AppState, owner: str) -> dict[str, An
     body = await read_body(request.receive, dict(request.headers), state.max_body_bytes)
     wire = parse_wire(NewBatch, body)
     wire.check()
-    described = await asyncio.to_thread(state.store.files.get, wire.input_file_id, owner)
-    content = await asyncio.to_thread(state.store.files.content, wire.input_file_id, owner)
-    if described is None or content is None:
+    found = await asyncio.to_thread(state.store.files.with_content, wire.input_file_id, owner)
+    if found is None:
         raise file_missing(wire.input_file_id, "input_file_id")
+    described, content = found
     if described.purpose != BATCH_INPUT:
         raise ClientError(
             f"input_file_id: file {wire.input_file_id} has purpose {described.purpose!r}; "

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, and_, delete, insert, select
+from sqlalchemy import ColumnElement, Connection, RowMapping, and_, delete, insert, select
 
 from serving.files import StoredFile
 from serving.store.tables import files
@@ -44,7 +43,7 @@ class FileStore:
     def get(self, file_id: str, owner: str) -> StoredFile | None:
         with self._reading() as conn:
             row = conn.execute(select(*_DESCRIPTION).where(_visible(file_id, owner, self._clock()))).first()
-        return None if row is None else _described(row)
+        return None if row is None else _described(row._mapping)
 
     def content(self, file_id: str, owner: str) -> bytes | None:
         with self._reading() as conn:
@@ -52,6 +51,14 @@ class FileStore:
                 select(files.c.content).where(_visible(file_id, owner, self._clock()))
             ).first()
         return None if found is None else bytes(found.content)
+
+    def with_content(self, file_id: str, owner: str) -> tuple[StoredFile, bytes] | None:
+        """The file and its bytes in one read (a batch being made reads its input file)."""
+        with self._reading() as conn:
+            row = conn.execute(
+                select(*_DESCRIPTION, files.c.content).where(_visible(file_id, owner, self._clock()))
+            ).first()
+        return None if row is None else (_described(row._mapping), bytes(row.content))
 
     def page(
         self, owner: str, *, purpose: str | None, limit: int, order: str, after: str | None
@@ -86,7 +93,7 @@ class FileStore:
                 else (files.c.created_at.asc(), files.c.id.asc())
             )
             rows = conn.execute(query.order_by(*ordering).limit(limit + 1)).all()
-        return [_described(row) for row in rows[:limit]], len(rows) > limit
+        return [_described(row._mapping) for row in rows[:limit]], len(rows) > limit
 
     def drop(self, file_id: str, owner: str) -> bool:
         with self._writing() as conn:
@@ -121,8 +128,8 @@ def _visible(file_id: str, owner: str, now: float) -> ColumnElement[bool]:
     )
 
 
-def _described(row: Row[Any, Any, Any, Any, Any, Any, Any]) -> StoredFile:
-    mapping = row._mapping  # typed as the 7 columns of _DESCRIPTION
+def _described(mapping: RowMapping) -> StoredFile:
+    """A row holding the columns of ``_DESCRIPTION`` (and perhaps more), as a file's description."""
     return StoredFile(
         str(mapping["id"]),
         str(mapping["owner"]),
