@@ -65,7 +65,7 @@ def parse_load(text: str) -> EngineLoad:
     """Prometheus text exposition → :class:`EngineLoad`; malformed text gives no figures."""
     # Only the few lines that matter go to the (pure-Python) parser: a vLLM page is mostly
     # histogram buckets, and this keeps a scrape to a line scan on the event loop.
-    wanted = "\n".join(line for line in text.splitlines() if line.startswith(_NAMES))
+    wanted = "\n".join(line for line in text.split("\n") if line.startswith(_NAMES))
     if not wanted:
         return NO_FIGURES
     found: dict[str, float] = {}

@@ -116,7 +116,9 @@ _REQUIRED: dict[Kind, dict[str, type | tuple[type, ...]]] = {
 def load(path: Path, kind: Kind, name: str | None = None, version: int = 0) -> Dataset:
     """Read a JSONL dataset of ``kind``; errors name the file, line and field."""
     rows, seen = [], set()
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    # Lines end at "\n" alone: str.splitlines also cuts at U+2028, U+2029 and U+0085, which a
+    # JSON string may hold as they are (``render`` writes them so, ensure_ascii=False).
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -145,7 +147,7 @@ def write_shipped() -> list[Path]:
     DATA.mkdir(exist_ok=True)
     written = []
     for dataset in shipped().values():
-        dataset.path.write_text(render(dataset))
+        dataset.path.write_text(render(dataset), encoding="utf-8")
         written.append(dataset.path)
     return written
 

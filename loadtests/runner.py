@@ -59,7 +59,7 @@ def variant_facts(target: str) -> dict[str, dict[str, str]]:
     except httpx.HTTPError:
         return {}
     found: dict[str, dict[str, str]] = {}
-    wanted = "\n".join(line for line in text.splitlines() if line.startswith("turnout_variant_info"))
+    wanted = "\n".join(line for line in text.split("\n") if line.startswith("turnout_variant_info"))
     for family in text_string_to_metric_families(wanted + "\n"):
         for sample in family.samples:
             labels = dict(sample.labels)

@@ -59,7 +59,9 @@ def load_trace(path: Path) -> tuple[tuple[int, int], ...]:
     """JSONL lines ``{"prompt_tokens": int, "max_tokens": int}``, held to the flags' rules
     (``prompt_tokens`` >= 0, ``max_tokens`` >= 1, whole numbers); errors name the line."""
     try:
-        lines = path.read_text().splitlines()
+        # "\n" alone ends a line: str.splitlines also cuts at U+2028 and the like, which a JSON
+        # string in a recorded trace (a prompt's text, say) may hold as they are.
+        lines = path.read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise ShapeError(f"--trace {path}: cannot read it ({exc})") from None
     pairs = []

@@ -115,6 +115,12 @@ def test_parse_older_vllm_and_triton_names() -> None:
     assert parse_load(triton) == EngineLoad(waiting=7.0)
 
 
+def test_parse_keeps_a_series_whose_label_holds_a_line_separator() -> None:
+    # The exposition format ends lines at "\n" alone; a served model's name may hold U+2028.
+    page = 'vllm:num_requests_waiting{model_name="a\u2028b"} 2\nvllm:num_requests_running 1\n'
+    assert parse_load(page) == EngineLoad(waiting=2.0, running=1.0)
+
+
 def test_parse_missing_or_malformed_metrics_gives_no_figures() -> None:
     assert parse_load("# nothing here\nprocess_cpu_seconds_total 3\n") == NO_FIGURES
     assert parse_load("vllm:num_requests_waiting{oops 1\n") == NO_FIGURES

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,16 @@ def test_user_datasets_fail_naming_line_and_field(tmp_path: Path, line: str, kin
     path.write_text(line + "\n")
     with pytest.raises(DatasetError, match=message):
         load(path, kind)  # type: ignore[arg-type]
+
+
+def test_a_dataset_whose_text_holds_line_separators_reads_back_whole(tmp_path: Path) -> None:
+    # render() keeps U+2028, U+2029 and U+0085 as they are (ensure_ascii=False); JSON allows them
+    # raw inside strings, so only "\n" may end a row.
+    rows = ({"id": "1", "text": "one\u2028two\u2029three\x85four"}, {"id": "2", "text": "five"})
+    path = tmp_path / "mine.jsonl"
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows) + "\r\n"
+    path.write_text(text, encoding="utf-8")
+    assert load(path, "text").rows == rows
 
 
 def test_scoring_and_intervals() -> None:

@@ -107,6 +107,13 @@ def test_shapes_fixed_uniform_and_trace(tmp_path: Path) -> None:
         parse_shape("1", "x")
 
 
+def test_a_recorded_trace_whose_prompts_hold_line_separators_reads_line_by_line(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    line = '{"prompt": "a\u2028b\u2029c\x85d", "prompt_tokens": 3, "max_tokens": 5}'
+    trace.write_text(line + "\r\n" + line + "\n", encoding="utf-8")
+    assert parse_shape("1", "1", trace).draw(random.Random(1)) == (3, 5)
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
