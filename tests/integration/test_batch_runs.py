@@ -4,8 +4,11 @@ A batch cancelled through another gateway stops there within seconds (its reques
 fall to 0 long before the slow upstream would answer) and keeps the answers it had; a batch
 whose gateway is killed is taken over once its beat is older than ``batches.orphan_s``, and
 every line is answered exactly once; a gateway that shuts down hands its batch to another at
-once; a key's rate limit paces its batch (refused lines wait and are sent again) instead of
-failing it; an upstream that stays unavailable fails its lines after a bounded number of tries.
+once; a batch whose 24 h window ends while it runs (its ``expires_at`` moved near in the store,
+as the clock cannot be) ends ``expired``, its request in flight hung up and its lines never sent
+in the error file as ``batch_expired`` (counted failed); a key's rate limit paces its batch
+(refused lines wait and are sent again) instead of failing it; an upstream that stays
+unavailable fails its lines after a bounded number of tries.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import contextlib
 import io
 import os
 import signal
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,6 +158,54 @@ def test_a_gateway_shutting_down_hands_its_batch_to_another_at_once(
         first.close()  # a graceful stop
         done = _ended(_client(staying), batch.id, 20)  # long before orphan_s
     assert done.status == "completed" and done.request_counts.completed == 6, done
+
+
+def _window_ends_in(folder: Path, batch_id: str, seconds: float) -> None:
+    with contextlib.closing(sqlite3.connect(folder / "routes.db")) as db, db:
+        ends = time.time() + seconds
+        moved = db.execute("UPDATE batches SET expires_at = ? WHERE id = ?", (ends, batch_id))
+        assert moved.rowcount == 1
+
+
+def test_a_batch_whose_window_ends_while_it_runs_expires_keeping_its_answers(
+    tmp_path: Path, upstream: FaultServer
+) -> None:
+    config = _config(tmp_path, upstream, concurrency=1, orphan_s=120.0, max_running=1)
+    with running_gateway(config) as first:
+        client = _client(first)
+        batch = _start(client, ["latency=10", "latency=10"] + ["latency=25000"] * 3)
+        _answered(client, batch.id, 2)
+        late = _start(client, ["ok"])  # waits: the gateway runs one batch at a time
+    # Both handed back (a graceful stop); the next gateway reads their new ends. The first
+    # batch's window ends while its third line is in flight (the gateway starts and, idle, looks
+    # for batches within 5 s: well inside 15); the second's is over already.
+    _window_ends_in(tmp_path, batch.id, 15.0)
+    _window_ends_in(tmp_path, late.id, -1.0)
+    upstream.reset_stats()
+    with running_gateway(config) as second:
+        client = _client(second)
+        eventually(lambda: _in_flight(second) == 1, 15)  # line-2, which would take 25 s
+        started = time.monotonic()
+        done = _ended(client, batch.id, 20)
+        assert time.monotonic() - started < 20  # stopped at the window's end, not answered
+        assert done.status == "expired" and done.expired_at is not None, done
+        assert done.request_counts.completed == 2 and done.request_counts.failed == 3, done
+        assert done.request_counts.total == 5
+        assert _custom_ids(client, done.output_file_id) == ["line-0", "line-1"]
+        assert _unrun(client, done.error_file_id) == ["line-2", "line-3", "line-4"]
+        eventually(lambda: _in_flight(second) == 0, 5)  # line-2 was hung up, not left running
+        ended = _ended(client, late.id, 10)
+        assert ended.status == "expired" and ended.request_counts.failed == 1, ended
+        assert ended.output_file_id is None and _unrun(client, ended.error_file_id) == ["line-0"]
+    assert upstream.stats()["requests"] == 1  # line-2 alone: nothing after the windows ended
+
+
+def _unrun(client: openai.OpenAI, file_id: str | None) -> list[str]:
+    """The custom ids in an error file, each a request never sent because the batch expired."""
+    assert file_id is not None
+    lines = [orjson.loads(line) for line in client.files.content(file_id).content.splitlines()]
+    assert all(line["response"] is None and line["error"]["code"] == "batch_expired" for line in lines), lines
+    return [line["custom_id"] for line in lines]
 
 
 def test_a_keys_rate_limit_paces_its_batch_instead_of_failing_it(
