@@ -171,7 +171,7 @@ def create_app(
     sync = RouteSync(store, gateway, access, config.store.poll_interval_s)
     canary = CanaryController(gateway, sync, metrics, config.canary.tick_s)
     background = BackgroundRuns(store, config.responses.background_max_running, metrics.background)
-    batch_runner = BatchRunner(store, access, config.batches)
+    batch_runner = BatchRunner(store, access, config.batches, metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -37,6 +37,7 @@ from serving.batches import (
     CANCELLING,
     COMPLETED,
     EXPIRED,
+    FAILED,
     BatchLine,
     BatchRecord,
     is_success,
@@ -45,6 +46,7 @@ from serving.batches import (
     usage_of,
 )
 from serving.config import BatchSettings
+from serving.metrics import GatewayMetrics
 from serving.store import RouteStore
 
 log = logging.getLogger("turnout")
@@ -74,11 +76,13 @@ class BatchRunner:
         store: RouteStore,
         access: Access,
         settings: BatchSettings,
+        metrics: GatewayMetrics,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._access = access
         self._settings = settings
+        self._metrics = metrics
         self._clock = clock
         self.claimant = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._app: ASGIApp | None = None
@@ -149,6 +153,7 @@ class BatchRunner:
             self._stops[batch_id] = asyncio.Event()
             self._answers.setdefault(batch_id, [])  # answers of a run it lost may be waiting
             self._runs[batch_id] = asyncio.create_task(self._run(record))
+        self._metrics.batches_running.set(len(self._runs))
 
     async def _keep_answers(self) -> None:
         """Write the answers in so far (taken here, on the event loop, which adds them)."""
@@ -175,6 +180,7 @@ class BatchRunner:
             )
             if ended is not None:
                 log.info("batch %s %s", batch_id, ended.status)
+                self._metrics.batches_ended.labels(ended.status).inc()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -183,6 +189,7 @@ class BatchRunner:
         finally:
             self._runs.pop(batch_id, None)
             self._stops.pop(batch_id, None)
+            self._metrics.batches_running.set(len(self._runs))
 
     async def _send_all(self, record: BatchRecord) -> str:
         """Send the requests without an answer; the batch's ending (completed, cancelled, expired)."""
@@ -224,7 +231,10 @@ class BatchRunner:
             return CANCELLED
         if answered < len(lines) and self._clock() < record.expires_at:  # a line's send broke
             raise RuntimeError(f"{len(lines) - answered} of {len(lines)} requests got no answer")
-        return COMPLETED if answered == len(lines) else EXPIRED
+        if answered < len(lines):
+            self._metrics.batch_requests.labels(record.endpoint, EXPIRED).inc(len(lines) - answered)
+            return EXPIRED
+        return COMPLETED
 
     async def _one(
         self, record: BatchRecord, line: BatchLine, key: str | None, hang_up: asyncio.Event
@@ -246,6 +256,7 @@ class BatchRunner:
                 if hang_up.is_set() or wait is None or self._clock() + wait >= record.expires_at:
                     break
                 attempt += 1
+                self._metrics.batch_retries.labels(str(status)).inc()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(hang_up.wait(), wait)
             if hang_up.is_set():
@@ -253,6 +264,8 @@ class BatchRunner:
             request_id = headers.get("x-request-id", "")
             answer = _parsed(payload)
         taken, given = usage_of(answer) if is_success(status) else (0, 0)
+        outcome = COMPLETED if is_success(status) else FAILED
+        self._metrics.batch_requests.labels(record.endpoint, outcome).inc()
         result = output_line(line.custom_id, status, request_id, answer)
         self._answers[record.batch_id].append((line.index, status, result, taken, given))
         return True

@@ -264,6 +264,33 @@ class GatewayMetrics:
             ["state"],
             registry=self.registry,
         )
+        self.batches_running = Gauge(
+            "turnout_batches_running",
+            "Batch API (/v1/batches) batches this gateway runs now",
+            registry=self.registry,
+        )
+        self.batches_ended = Counter(
+            "turnout_batches_ended",
+            "Batch API batches by how they ended: completed, cancelled or expired by the gateway that "
+            "ran them, failed when made (their input file had wrong lines)",
+            ["status"],
+            registry=self.registry,
+        )
+        for status in ("completed", "cancelled", "expired", "failed"):
+            self.batches_ended.labels(status)
+        self.batch_requests = Counter(
+            "turnout_batch_requests",
+            "Batch API requests this gateway ran, by outcome: completed (a 2xx answer kept), failed "
+            "(another answer kept), expired (no answer when the batch's window ended)",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.batch_retries = Counter(
+            "turnout_batch_retries",
+            "Batch API requests sent again after a 429 (rate limit, full queue) or a 503",
+            ["status"],
+            registry=self.registry,
+        )
         self.route_version = Gauge(
             "turnout_route_version", "Route version in force", ["route"], registry=self.registry
         )

@@ -106,6 +106,8 @@ async def _create(request: Request, state: AppState, owner: str) -> dict[str, An
         times={"failed_at": now} if errors else {},
     )
     await asyncio.to_thread(state.store.batches.create, record, lines)
+    if errors:
+        state.metrics.batches_ended.labels(FAILED).inc()
     state.batches.poke()
     return record.as_dict(RequestCounts(total=len(lines)))
 

@@ -100,6 +100,10 @@ def _custom_ids(client: openai.OpenAI, file_id: str | None) -> list[str]:
     return [orjson.loads(line)["custom_id"] for line in client.files.content(file_id).content.splitlines()]
 
 
+def _metric(*gateways: Launched, name: str, **labels: str) -> float:
+    return sum(metric_value(gateway.url, name, **labels) for gateway in gateways)
+
+
 def _in_flight(*gateways: Launched) -> float:
     return sum(metric_value(gateway.url, "turnout_requests_in_flight", route="chat") for gateway in gateways)
 
@@ -113,6 +117,7 @@ def test_a_batch_cancelled_through_another_gateway_stops_and_keeps_its_answers(
         batch = _start(here, ["latency=10", "latency=10"] + [f"latency={SLOW_MS}"] * 4)
         _answered(there, batch.id, 2)
         eventually(lambda: _in_flight(first, second) == 2, 5)  # the next two lines, slow
+        assert _metric(first, second, name="turnout_batches_running") == 1
         cancelling = there.batches.cancel(batch.id)
         assert cancelling.status == "cancelling" and cancelling.cancelling_at is not None
         stopped_after = eventually(lambda: _in_flight(first, second) == 0, 5)
@@ -124,6 +129,9 @@ def test_a_batch_cancelled_through_another_gateway_stops_and_keeps_its_answers(
         assert _custom_ids(here, cancelled.output_file_id) == ["line-0", "line-1"]
         assert cancelled.error_file_id is None  # lines never sent are in neither file
         assert there.batches.cancel(batch.id).status == "cancelled"  # again: unchanged
+        assert _metric(first, second, name="turnout_batches_running") == 0
+        assert _metric(first, second, name="turnout_batches_ended_total", status="cancelled") == 1
+        assert _metric(first, second, name="turnout_batch_requests_total", outcome="completed") == 2
 
 
 def test_a_killed_gateways_batch_is_taken_over_and_each_line_answered_once(
@@ -197,6 +205,8 @@ def test_a_batch_whose_window_ends_while_it_runs_expires_keeping_its_answers(
         ended = _ended(client, late.id, 10)
         assert ended.status == "expired" and ended.request_counts.failed == 1, ended
         assert ended.output_file_id is None and _unrun(client, ended.error_file_id) == ["line-0"]
+        assert _metric(second, name="turnout_batches_ended_total", status="expired") == 2
+        assert _metric(second, name="turnout_batch_requests_total", outcome="expired") == 4
     assert upstream.stats()["requests"] == 1  # line-2 alone: nothing after the windows ended
 
 
@@ -220,6 +230,8 @@ def test_a_keys_rate_limit_paces_its_batch_instead_of_failing_it(
         done = _ended(client, batch.id, 40)
         assert done.status == "completed" and done.request_counts.completed == 62, done
         assert metric_value(gateway.url, "turnout_rate_limited_total", key="paced") >= 1
+        assert _metric(gateway, name="turnout_batch_retries_total", status="429") >= 1
+        assert _metric(gateway, name="turnout_batch_requests_total", outcome="completed") == 62
 
 
 def test_an_upstream_that_stays_unavailable_fails_its_lines_after_bounded_tries(
@@ -236,3 +248,6 @@ def test_an_upstream_that_stays_unavailable_fails_its_lines_after_bounded_tries(
         assert answer["status_code"] == 503
         # Sent again, but not for ever (the variant's breaker answers some tries itself).
         assert 3 <= httpx.get(f"{upstream.url}/stats").json()["requests"] <= 1 + UNAVAILABLE_TRIES
+        assert _metric(gateway, name="turnout_batch_retries_total", status="503") == UNAVAILABLE_TRIES - 1
+        assert _metric(gateway, name="turnout_batch_requests_total", outcome="failed") == 1
+        assert _metric(gateway, name="turnout_batches_ended_total", status="completed") == 1

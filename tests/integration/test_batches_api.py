@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from serving.launcher import Launched
-from tests.integration.control_plane import eventually
+from tests.integration.control_plane import eventually, metric_value
 from tests.integration.keyed_clients import keyed_tiny_gateway
 
 MAX_FILE_BYTES = 200_000
@@ -160,6 +160,7 @@ def test_a_file_with_wrong_lines_fails_the_batch_with_each_lines_error(
     keys: tuple[Launched, dict[str, openai.OpenAI]],
 ) -> None:
     alice = keys[1]["alice"]
+    failed_before = metric_value(keys[0].url, "turnout_batches_ended_total", status="failed")
     good = _line("a", "/v1/chat/completions", {"model": "turnout-tiny", "messages": []})
     content = b"\n".join(
         [
@@ -178,6 +179,7 @@ def test_a_file_with_wrong_lines_fails_the_batch_with_each_lines_error(
     assert found == [(2, "invalid_json_line"), (3, "mismatched_endpoint"), (4, "duplicate_custom_id")]
     assert batch.request_counts.total == 0 and batch.output_file_id is None
     assert alice.batches.retrieve(batch.id).status == "failed"
+    assert metric_value(keys[0].url, "turnout_batches_ended_total", status="failed") == failed_before + 1
 
 
 def _refusals(base: str, key: str) -> list[tuple[str, httpx.Response, int, str | None]]:
