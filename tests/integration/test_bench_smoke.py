@@ -66,6 +66,12 @@ def test_batch_throughput_bench_prints_its_ratio() -> None:
     assert re.search(r"batch / HTTP throughput: \d+\.\d\dx", out), out
 
 
+def test_memory_soak_bench_prints_its_growth() -> None:
+    out = run("bench/memory_soak.py", "--seconds", "4", "--every", "2", "--users", "4")
+    assert re.search(r"RSS growth after the first period: [+-]\d+\.\d MB over \d+ requests", out), out
+    assert "errors: 0; gateway answering /health at the end: yes" in out, out
+
+
 def test_gateway_overhead_bench_prints_its_table() -> None:
     out = run("bench/gateway_overhead.py", "--quick", "--skip-litellm")
     assert "added p50 (ms)" in out
