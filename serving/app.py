@@ -22,6 +22,7 @@ from backends.base import Backend
 from backends.registry import build_backend
 from serving.access import Access
 from serving.api import (
+    admin_batches,
     admin_keys,
     admin_routes,
     batches_route,
@@ -239,6 +240,8 @@ def create_app(
     app.add_route("/metrics", health.metrics, methods=["GET"])
     admin_routes.install(app)
     admin_keys.install(app)
+    admin_batches.install(app)
+    admin_batches.install(app)
     app.add_exception_handler(TurnoutError, api_errors.handle_turnout_error)
     app.add_exception_handler(HTTPException, api_errors.handle_http_exception)
     app.add_exception_handler(Exception, api_errors.handle_unexpected)

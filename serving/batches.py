@@ -38,6 +38,7 @@ STATE_TIMES = {
     CANCELLING: "cancelling_at",
     CANCELLED: "cancelled_at",
 }
+STATUSES = (VALIDATING, *STATE_TIMES)  # every status a batch can be in
 _MAX_ERRORS = 100  # a failed validation lists at most this many lines' errors
 _MAX_RETRY_WAIT_S = 30.0
 UNAVAILABLE_TRIES = 8  # sends of a line answered 503 (about 90 s of backoff in all)

@@ -1,5 +1,6 @@
 """The ``turnout`` command: ``serve`` runs the gateway, ``model build`` re-creates the shipped model,
-``routes`` changes a running gateway's routes (admin API), ``keys`` manages API keys (store),
+``routes`` changes a running gateway's routes and ``batches`` lists and cancels every key's Batch
+API batches (admin API), ``keys`` manages API keys (store),
 ``plan`` and ``deploy validate`` size and check a variant spec before launch (``deploy.cli``),
 ``backends up triton|vllm`` installs and runs a real engine locally (``serving.cli_backends``),
 ``loadtest`` drives a gateway with locust (``loadtests.cli``), ``eval`` measures accuracy through the
@@ -16,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from serving import cli_backends, cli_keys, cli_routes
+from serving import cli_backends, cli_batches, cli_keys, cli_routes
 from serving.cli_types import LOG_LEVELS, tcp_port
 from serving.errors import ConfigError
 
@@ -118,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         "build", help="train and export the model (needs turnout[model])", add_help=False
     )
     cli_routes.register(commands)
+    cli_batches.register(commands)
     cli_keys.register(commands)
     cli_backends.register(commands)
     from deploy import cli as deploy_cli  # argparse only; the deploy modules load in run()
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "routes":
         return cli_routes.run(args)
+    if args.command == "batches":
+        return cli_batches.run(args)
     if args.command == "keys":
         return cli_keys.run(args)
     if args.command == "backends":

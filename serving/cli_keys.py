@@ -172,7 +172,7 @@ def _execute(keys: _Keys, args: argparse.Namespace) -> int:
 def _run_remote(args: argparse.Namespace) -> int:
     import httpx
 
-    from serving.cli_routes import AdminClient, ApiError
+    from serving.cli_routes import AdminClient, ApiError, say_api_error
 
     if args.store or args.config:
         print("turnout: --url asks a gateway; --store and --config name a store: give one", file=sys.stderr)
@@ -186,10 +186,7 @@ def _run_remote(args: argparse.Namespace) -> int:
     try:
         return _execute(_ApiKeys(client), args)
     except ApiError as exc:
-        prefix = "turnout:" if exc.status is None else f"turnout: {exc.status}"
-        print(f"{prefix} {exc.message}", file=sys.stderr)
-        if exc.status == 401:
-            print("  pass --token or set $TURNOUT_ADMIN_TOKEN (an admin's)", file=sys.stderr)
+        say_api_error(exc, "pass --token or set $TURNOUT_ADMIN_TOKEN (an admin's)")
         return 1
     finally:
         client.close()

@@ -130,7 +130,7 @@ def _error_message(response: httpx.Response) -> str:
     return json.dumps(body)
 
 
-def _common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+def common_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     # On the group and on every sub-command, so the options may come before or after the command.
     default: Any = None if defaults else argparse.SUPPRESS
     flag: Any = False if defaults else argparse.SUPPRESS
@@ -142,12 +142,12 @@ def _common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``routes`` and its sub-commands to the ``turnout`` parser."""
     routes = commands.add_parser("routes", help="list and change routes on a running gateway (admin API)")
-    _common(routes, defaults=True)
+    common_options(routes, defaults=True)
     sub = routes.add_subparsers(dest="routes_command", required=True)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = sub.add_parser(name, help=help_text)
-        _common(parser, defaults=False)
+        common_options(parser, defaults=False)
         if name not in ("list", "audit"):
             parser.add_argument("name", help="the route (public model name)")
         return parser
@@ -359,14 +359,8 @@ _COMMANDS = {**_READS, **_EDITS}
 
 def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:
     """Run one ``turnout routes`` command (``transport`` lets tests answer without a server)."""
-    import httpx
-
-    url = args.url or os.environ.get("TURNOUT_URL") or DEFAULT_URL
-    token = args.token or os.environ.get("TURNOUT_ADMIN_TOKEN") or None
-    try:
-        client = AdminClient(url, token, transport=transport)
-    except httpx.InvalidURL as exc:
-        print(f"turnout: --url {url!r} is not a URL ({exc}), e.g. {DEFAULT_URL}", file=sys.stderr)
+    client = open_client(args, transport)
+    if client is None:
         return 2
     try:
         return _COMMANDS[args.routes_command](client, args)
@@ -374,16 +368,35 @@ def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = Non
         print(f"turnout: {exc}", file=sys.stderr)
         return 2
     except ApiError as exc:
-        prefix = "turnout:" if exc.status is None else f"turnout: {exc.status}"
-        print(f"{prefix} {exc.message}", file=sys.stderr)
+        say_api_error(exc)
         if exc.status == 409 and exc.code == "version_conflict":  # not "already_rolled_back"
             print(
                 "  the route changed since it was read: re-run the command to apply it to the "
                 f"current version (see `turnout routes history {args.name}`)",
                 file=sys.stderr,
             )
-        elif exc.status == 401:
-            print("  pass --token or set $TURNOUT_ADMIN_TOKEN", file=sys.stderr)
         return 1
     finally:
         client.close()
+
+
+def open_client(args: argparse.Namespace, transport: httpx.BaseTransport | None = None) -> AdminClient | None:
+    """The admin client ``--url`` and ``--token`` name (else $TURNOUT_URL, $TURNOUT_ADMIN_TOKEN);
+    None, said on stderr, when the URL is not one."""
+    import httpx
+
+    url = args.url or os.environ.get("TURNOUT_URL") or DEFAULT_URL
+    token = args.token or os.environ.get("TURNOUT_ADMIN_TOKEN") or None
+    try:
+        return AdminClient(url, token, transport=transport)
+    except httpx.InvalidURL as exc:
+        print(f"turnout: --url {url!r} is not a URL ({exc}), e.g. {DEFAULT_URL}", file=sys.stderr)
+        return None
+
+
+def say_api_error(exc: ApiError, token_hint: str = "pass --token or set $TURNOUT_ADMIN_TOKEN") -> None:
+    """The API's refusal (or silence) on stderr, with how to give a token after a 401."""
+    prefix = "turnout:" if exc.status is None else f"turnout: {exc.status}"
+    print(f"{prefix} {exc.message}", file=sys.stderr)
+    if exc.status == 401:
+        print(f"  {token_hint}", file=sys.stderr)

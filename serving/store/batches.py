@@ -7,8 +7,9 @@ beating: killed, or cut off), beats for it while it sends the lines that have no
 records each answer as it comes, and ends it: the output and error files are written in the
 same transaction as the batch's final state, and its requests deleted (the files hold them
 now). An answer is kept once; a line a killed gateway had in flight is sent again by the next
-runner. A batch's row is kept (as OpenAI lists old batches), its files until they expire. Not
-audited.
+runner. A batch's row is kept (as OpenAI lists old batches), its files until they expire. An
+operator (``serving.api.admin_batches``) lists every key's batches and cancels any; only that
+cancel is audited.
 """
 
 from __future__ import annotations
@@ -19,7 +20,21 @@ from dataclasses import asdict, replace
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Row, and_, bindparam, case, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    true,
+    update,
+)
 
 from serving.batches import (
     CANCELLING,
@@ -36,6 +51,7 @@ from serving.batches import (
     unrun_line,
 )
 from serving.files import BATCH_OUTPUT, StoredFile, new_file_id
+from serving.store import audit_log
 from serving.store.files import add_file
 from serving.store.tables import batch_requests, batches
 
@@ -75,25 +91,26 @@ class BatchStore:
                 ]
                 conn.execute(insert(batch_requests), rows)
 
-    def get(self, batch_id: str, owner: str) -> tuple[BatchRecord, RequestCounts] | None:
+    def get(self, batch_id: str, owner: str | None) -> tuple[BatchRecord, RequestCounts] | None:
+        """The owner's batch (None: whoever's it is)."""
         with self._reading() as conn:
-            row = conn.execute(
-                select(batches).where(batches.c.id == batch_id, batches.c.owner == owner)
-            ).first()
+            row = conn.execute(select(batches).where(batches.c.id == batch_id, _owned_by(owner))).first()
             if row is None:
                 return None
             return _record(row), _kept_counts(row)
 
     def page(
-        self, owner: str, *, limit: int, after: str | None
+        self, owner: str | None, *, limit: int, after: str | None, status: str | None = None
     ) -> tuple[list[tuple[BatchRecord, RequestCounts]], bool]:
-        """The owner's batches, newest first, after the batch ``after``; and whether more follow."""
-        query = select(batches).where(batches.c.owner == owner)
+        """The owner's batches (None: every owner's; ``status``: only those in it), newest first,
+        after the batch ``after``; and whether more follow."""
+        mine = _owned_by(owner)
+        query = select(batches).where(mine)
+        if status is not None:
+            query = query.where(batches.c.status == status)
         with self._reading() as conn:
             if after is not None:
-                mark = conn.execute(
-                    select(batches.c.created_at).where(batches.c.id == after, batches.c.owner == owner)
-                ).first()
+                mark = conn.execute(select(batches.c.created_at).where(batches.c.id == after, mine)).first()
                 if mark is None:
                     return [], False
                 query = query.where(
@@ -107,18 +124,23 @@ class BatchStore:
             ).all()
         return [(_record(row), _kept_counts(row)) for row in rows[:limit]], len(rows) > limit
 
-    def cancel(self, batch_id: str, owner: str) -> tuple[BatchRecord, RequestCounts] | None:
-        """Mark a batch that has not ended ``cancelling`` (its runner ends it ``cancelled``)."""
+    def cancel(
+        self, batch_id: str, owner: str | None, *, actor: str | None = None, detail: str = ""
+    ) -> tuple[BatchRecord, RequestCounts] | None:
+        """Mark a batch that has not ended ``cancelling`` (its runner ends it ``cancelled``).
+        ``owner`` None: whoever's it is, an operator's cancel, audited under ``actor``."""
         with self._writing() as conn:
-            row = conn.execute(
-                select(batches).where(batches.c.id == batch_id, batches.c.owner == owner)
-            ).first()
+            row = conn.execute(select(batches).where(batches.c.id == batch_id, _owned_by(owner))).first()
             if row is None:
                 return None
             record = _record(row)
             if record.status in (VALIDATING, IN_PROGRESS):
-                record = _entered(record, CANCELLING, self._clock())
+                now = self._clock()
+                record = _entered(record, CANCELLING, now)
                 conn.execute(update(batches).where(batches.c.id == batch_id).values(**_state(record)))
+                if actor is not None:
+                    said = f"id={batch_id} {detail}".strip()
+                    audit_log.append(conn, at=now, actor=actor, action="batch-cancel", detail=said)
             return record, _kept_counts(row)
 
     # ---- the runner's side ---------------------------------------------------------------------
@@ -260,6 +282,11 @@ class BatchStore:
             # Its files hold every answer now, and its row their counts: the lines go.
             conn.execute(delete(batch_requests).where(batch_requests.c.batch_id == batch_id))
             return record
+
+
+def _owned_by(owner: str | None) -> ColumnElement[bool]:
+    """The batches of ``owner``; None: every owner's (an operator's view)."""
+    return batches.c.owner == owner if owner is not None else true()
 
 
 def _write(

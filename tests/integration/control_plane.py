@@ -6,6 +6,7 @@ changes never leak between tests; ``TURNOUT_ADMIN_TOKEN`` gives the admin bearer
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
+import orjson
 import yaml
 
 from backends.fault import FaultServer
@@ -64,6 +67,25 @@ def keyed_gateway(folder: Path) -> Iterator[tuple[Launched, Path]]:
         )
         with running_gateway(config) as launched:
             yield launched, config
+
+
+def fault_batch(client: openai.OpenAI, faults: list[str]) -> Any:
+    """A Batch API chat batch on route ``chat``, one line (``line-N``) per fault script
+    (``latency=…``, ``ok``), in that order."""
+    lines = [
+        {
+            "custom_id": f"line-{n}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "x_fault": fault},
+        }
+        for n, fault in enumerate(faults)
+    ]
+    content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+    uploaded = client.files.create(file=("input.jsonl", io.BytesIO(content)), purpose="batch")
+    return client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
 
 
 def admin(token: str | None = ADMIN_TOKEN) -> dict[str, str]:

@@ -14,7 +14,6 @@ unavailable fails its lines after a bounded number of tries.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import signal
 import sqlite3
@@ -34,6 +33,7 @@ from serving.launcher import Launched
 from tests.integration.control_plane import (
     admin,
     eventually,
+    fault_batch,
     fault_variant,
     metric_value,
     running_gateway,
@@ -57,24 +57,6 @@ def _config(folder: Path, upstream: FaultServer, **batches: Any) -> Path:
 
 def _client(gateway: Launched, key: str = "anything") -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
-
-
-def _start(client: openai.OpenAI, faults: list[str]) -> Any:
-    """A chat batch of one line per fault script (``latency=…``), in that order."""
-    lines = [
-        {
-            "custom_id": f"line-{n}",
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "body": {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "x_fault": fault},
-        }
-        for n, fault in enumerate(faults)
-    ]
-    content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
-    uploaded = client.files.create(file=("input.jsonl", io.BytesIO(content)), purpose="batch")
-    return client.batches.create(
-        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-    )
 
 
 def _ended(client: openai.OpenAI, batch_id: str, timeout: float = 30.0) -> Any:
@@ -114,7 +96,7 @@ def test_a_batch_cancelled_through_another_gateway_stops_and_keeps_its_answers(
     config = _config(tmp_path, upstream, concurrency=2)
     with running_gateway(config) as first, running_gateway(config) as second:
         here, there = _client(first), _client(second)
-        batch = _start(here, ["latency=10", "latency=10"] + [f"latency={SLOW_MS}"] * 4)
+        batch = fault_batch(here, ["latency=10", "latency=10"] + [f"latency={SLOW_MS}"] * 4)
         _answered(there, batch.id, 2)
         eventually(lambda: _in_flight(first, second) == 2, 5)  # the next two lines, slow
         assert _metric(first, second, name="turnout_batches_running") == 1
@@ -140,7 +122,7 @@ def test_a_killed_gateways_batch_is_taken_over_and_each_line_answered_once(
     config = _config(tmp_path, upstream, concurrency=1, orphan_s=2.0)
     lines = 30
     with running_gateway(config) as doomed:
-        batch = _start(_client(doomed), ["latency=500"] * lines)
+        batch = fault_batch(_client(doomed), ["latency=500"] * lines)
         _answered(_client(doomed), batch.id, 2)
         with running_gateway(config) as survivor:
             other = _client(survivor)
@@ -160,7 +142,7 @@ def test_a_gateway_shutting_down_hands_its_batch_to_another_at_once(
     with contextlib.ExitStack() as both, contextlib.ExitStack() as first:
         both.callback(first.close)
         leaving = first.enter_context(running_gateway(config))
-        batch = _start(_client(leaving), ["latency=400"] * 6)
+        batch = fault_batch(_client(leaving), ["latency=400"] * 6)
         _answered(_client(leaving), batch.id, 1)
         staying = both.enter_context(running_gateway(config))  # started after: it claimed nothing
         first.close()  # a graceful stop
@@ -181,9 +163,9 @@ def test_a_batch_whose_window_ends_while_it_runs_expires_keeping_its_answers(
     config = _config(tmp_path, upstream, concurrency=1, orphan_s=120.0, max_running=1)
     with running_gateway(config) as first:
         client = _client(first)
-        batch = _start(client, ["latency=10", "latency=10"] + ["latency=25000"] * 3)
+        batch = fault_batch(client, ["latency=10", "latency=10"] + ["latency=25000"] * 3)
         _answered(client, batch.id, 2)
-        late = _start(client, ["ok"])  # waits: the gateway runs one batch at a time
+        late = fault_batch(client, ["ok"])  # waits: the gateway runs one batch at a time
     # Both handed back (a graceful stop); the next gateway reads their new ends. The first
     # batch's window ends while its third line is in flight (the gateway starts and, idle, looks
     # for batches within 5 s: well inside 15); the second's is over already.
@@ -226,7 +208,8 @@ def test_a_keys_rate_limit_paces_its_batch_instead_of_failing_it(
         made = httpx.post(f"{gateway.url}/admin/keys", json={"name": "paced", "rpm": 60}, headers=admin())
         assert made.status_code == 201, made.text
         client = _client(gateway, made.json()["key"])
-        batch = _start(client, ["ok"] * 62)  # 60 at once (these two calls' among them), then one a second
+        # 60 at once (these two calls' among them), then one a second
+        batch = fault_batch(client, ["ok"] * 62)
         done = _ended(client, batch.id, 40)
         assert done.status == "completed" and done.request_counts.completed == 62, done
         assert metric_value(gateway.url, "turnout_rate_limited_total", key="paced") >= 1
@@ -240,7 +223,7 @@ def test_an_upstream_that_stays_unavailable_fails_its_lines_after_bounded_tries(
     config = _config(tmp_path, upstream, concurrency=2)
     with running_gateway(config) as gateway:
         client = _client(gateway)
-        batch = _start(client, ["ok", "error=503,retry_after=0"])
+        batch = fault_batch(client, ["ok", "error=503,retry_after=0"])
         done = _ended(client, batch.id, 30)
         assert done.status == "completed" and done.request_counts.failed == 1, done
         assert _custom_ids(client, done.error_file_id) == ["line-1"]
