@@ -241,7 +241,6 @@ def create_app(
     admin_routes.install(app)
     admin_keys.install(app)
     admin_batches.install(app)
-    admin_batches.install(app)
     app.add_exception_handler(TurnoutError, api_errors.handle_turnout_error)
     app.add_exception_handler(HTTPException, api_errors.handle_http_exception)
     app.add_exception_handler(Exception, api_errors.handle_unexpected)

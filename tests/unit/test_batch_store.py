@@ -1,6 +1,7 @@
 """The Files and Batch API stores without a server (SQLite in memory, a clock the test moves): a
-file's owner, expiry and pages; a batch's creation, pages and cancel, the runner's claim, beat
-and release, its answers kept once, and its end writing the output and error files."""
+file's owner, expiry and pages; a batch's creation, pages and cancel (an operator's across owners,
+audited), the runner's claim, beat and release, its answers kept once, and its end writing the
+output and error files."""
 
 from __future__ import annotations
 
@@ -160,6 +161,41 @@ def test_cancel_marks_an_open_batch_cancelling_and_leaves_an_ended_one(
     now[0] = 160.0
     found = store.batches.cancel("batch_p", "alice")
     assert found is not None and found[0].status == CANCELLED and found[0].times["cancelling_at"] == 150.0
+
+
+def test_an_operator_pages_every_owners_batches_by_status_and_cancels_any_audited(
+    store: RouteStore, now: list[float]
+) -> None:
+    store.batches.create(_batch("batch_a", owner="alice", at=100.0), _lines("a"))
+    store.batches.create(_batch("batch_b", owner="bob", at=110.0), _lines("a", "b"))
+    store.batches.create(_batch("batch_c", owner="carol", at=120.0), _lines("a"))
+    assert store.batches.claim("gw-a", stale_s=30.0) is not None  # batch_a, the oldest: in progress
+
+    def ids(status: str | None = None, limit: int = 10, after: str | None = None) -> tuple[list[str], bool]:
+        found, more = store.batches.page(None, limit=limit, after=after, status=status)
+        return [record.batch_id for record, _ in found], more
+
+    assert ids() == (["batch_c", "batch_b", "batch_a"], False)
+    assert ids(status=VALIDATING) == (["batch_c", "batch_b"], False)
+    assert ids(status=VALIDATING, limit=1, after="batch_c") == (["batch_b"], False)
+    assert ids(status=IN_PROGRESS) == (["batch_a"], False)
+    assert store.batches.get("batch_b", None) == store.batches.get("batch_b", "bob")
+
+    now[0] = 150.0
+    found = store.batches.cancel("batch_b", None, actor="ops", detail="key=bob")
+    assert found is not None and found[0].owner == "bob" and found[0].status == CANCELLING
+    entry = store.audit(limit=1)[0]
+    assert (entry.actor, entry.action, entry.detail, entry.at) == (
+        "ops",
+        "batch-cancel",
+        "id=batch_b key=bob",
+        150.0,
+    )
+    assert store.batches.cancel("batch_none", None, actor="ops") is None
+    store.batches.cancel("batch_c", "carol")  # the owner's own cancel is not audited
+    assert [e.detail for e in store.audit(limit=10) if e.action == "batch-cancel"] == ["id=batch_b key=bob"]
+    assert store.batches.cancel("batch_b", None, actor="ops") is not None  # cancelling already: unchanged,
+    assert len([e for e in store.audit(limit=10) if e.action == "batch-cancel"]) == 1  # and not audited again
 
 
 def test_the_oldest_open_batch_is_claimed_once_and_taken_over_when_its_runner_goes_quiet(
