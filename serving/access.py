@@ -7,7 +7,9 @@ The admin API calls :meth:`Access.admin` with the role an endpoint needs. The ke
 is rebuilt by ``serving.route_sync`` whenever the store's keys change. A batch's requests
 (``serving.batch_runner``) come in with a key of :meth:`Access.acting_for`, made in this process
 and never sent anywhere, that acts as the key that made the batch, with its limits as they are
-then (revoked since: a 401).
+then (revoked since: a 401). It acts only inside :func:`acting_in_process`, which the runner
+wraps around each request it sends into the app: the same key over the network, were it ever to
+leak, is a 401.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from serving.auth import (
+    ACTING_KEY_PREFIX,
     ANONYMOUS,
     KeyLike,
     KeyRing,
@@ -33,6 +38,20 @@ from serving.config import AuthSettings
 from serving.errors import RateLimited, Unauthorized
 from serving.metrics import GatewayMetrics
 from serving.ratelimit_shared import Limiter, LocalLimiter
+
+# True in the context of a request the batch runner sends into the app (never over HTTP: uvicorn
+# runs each request in a context copied from the server's, where it is False).
+_IN_PROCESS: ContextVar[bool] = ContextVar("turnout_in_process_request", default=False)
+
+
+@contextmanager
+def acting_in_process() -> Iterator[None]:
+    """Within this block (the runner's call of the app for one batch request), acting keys act."""
+    token = _IN_PROCESS.set(True)
+    try:
+        yield
+    finally:
+        _IN_PROCESS.reset(token)
 
 
 class Access:
@@ -58,7 +77,7 @@ class Access:
 
     async def client(self, authorization: str | None, api_key_header: str | None = None) -> Principal:
         sent = [key for key in (parse_bearer(authorization), api_key_header) if key]
-        if self._acting and sent and sent[0] in self._acting:
+        if self._acting and sent and sent[0] in self._acting and _IN_PROCESS.get():
             acting = self._owner(self._acting[sent[0]])
             return acting if acting.rpm is None and acting.tpm is None else await self._admitted(acting)
         principal = next((p for key in sent if (p := self.keyring.lookup(key)) is not None), None)
@@ -97,7 +116,7 @@ class Access:
             return None
         key = self._acting_keys.get(owner)
         if key is None:
-            key = f"tb-acting-{secrets.token_urlsafe(32)}"
+            key = f"{ACTING_KEY_PREFIX}{secrets.token_urlsafe(32)}"
             self._acting[key], self._acting_keys[owner] = owner, key
         return key
 

@@ -29,6 +29,7 @@ _ADMIN_RANK: dict[str, int] = {"client": 0, "viewer": 1, "operator": 2, "admin":
 
 CLIENT_KEY_PREFIX = "sk-turnout-"
 ADMIN_TOKEN_PREFIX = "tadm-"
+ACTING_KEY_PREFIX = "tb-acting-"  # a batch request's in-process key (serving.access), never issued
 PREFIX_CHARS = 14
 
 
@@ -180,10 +181,11 @@ def authorize_admin(principal: Principal | None, needed: Role, *, presented: boo
 
 
 def looks_issued(key: str | None) -> bool:
-    """Whether a presented key has the shape of one Turnout issues (``sk-turnout-…``, ``tadm-…``):
-    unknown, it is a typo or a revoked key, a 401 even where anonymous clients are served (any
-    other string, e.g. the openai SDK's required ``api_key="anything"``, is taken as anonymous)."""
-    return key is not None and key.startswith((CLIENT_KEY_PREFIX, ADMIN_TOKEN_PREFIX))
+    """Whether a presented key has the shape of one Turnout makes (``sk-turnout-…``, ``tadm-…``, a
+    batch request's ``tb-acting-…``): unknown, it is a typo, a revoked key or one that has no
+    business on the network, a 401 even where anonymous clients are served (any other string, e.g.
+    the openai SDK's required ``api_key="anything"``, is taken as anonymous)."""
+    return key is not None and key.startswith((CLIENT_KEY_PREFIX, ADMIN_TOKEN_PREFIX, ACTING_KEY_PREFIX))
 
 
 def authorize_client(

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message
 
-from serving.access import Access
+from serving.access import Access, acting_in_process
 from serving.batches import (
     CANCELLED,
     CANCELLING,
@@ -316,7 +316,8 @@ class BatchRunner:
             elif message["type"] == "http.response.body":
                 parts.append(message.get("body", b""))
 
-        await self._app(scope, receive, send)
+        with acting_in_process():  # the batch owner's acting key is good here alone
+            await self._app(scope, receive, send)
         return status, answer_headers, b"".join(parts)
 
 

@@ -1,7 +1,8 @@
 """The keys a batch's requests come in with (``Access.acting_for``): each acts as the key that
 made the batch, with that key's limits as they are when the request runs, and stops acting once
-that key is revoked; the anonymous caller's batches carry no key. No server: the access layer
-with a key ring built from records."""
+that key is revoked; the anonymous caller's batches carry no key. An acting key acts only inside
+``acting_in_process`` (the runner's call of the app): anywhere else, as over HTTP, it is a 401.
+No server: the access layer with a key ring built from records."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import asyncio
 
 import pytest
 
-from serving.access import Access
+from serving.access import Access, acting_in_process
 from serving.api.stored_responses import owner_of
 from serving.auth import ANONYMOUS, hash_key
 from serving.config import AuthSettings
@@ -31,20 +32,35 @@ def test_an_acting_key_is_the_batch_owners_key_with_its_limits_of_the_moment() -
     acting = access.acting_for(owner_of(alice))
     assert acting is not None and acting != SECRET
     assert access.acting_for(owner_of(alice)) == acting  # one per owner
-    assert asyncio.run(access.client(f"Bearer {acting}")) == alice
-    access.reload([_record(rpm=1)])  # the key's limit, changed since the batch was made
-    assert asyncio.run(access.client(f"Bearer {acting}")).rpm == 1
-    with pytest.raises(RateLimited):  # and spent on the key's own bucket
-        asyncio.run(access.client(f"Bearer {SECRET}"))
-    access.reload([_record(revoked_at=5.0)])
-    with pytest.raises(Unauthorized) as revoked:
-        asyncio.run(access.client(f"Bearer {acting}"))
+    with acting_in_process():
+        assert asyncio.run(access.client(f"Bearer {acting}")) == alice
+        access.reload([_record(rpm=1)])  # the key's limit, changed since the batch was made
+        assert asyncio.run(access.client(f"Bearer {acting}")).rpm == 1
+        with pytest.raises(RateLimited):  # and spent on the key's own bucket
+            asyncio.run(access.client(f"Bearer {SECRET}"))
+        access.reload([_record(revoked_at=5.0)])
+        with pytest.raises(Unauthorized) as revoked:
+            asyncio.run(access.client(f"Bearer {acting}"))
     assert revoked.value.code == "key_revoked"
+
+
+@pytest.mark.parametrize("anonymous_clients", [False, True])
+def test_an_acting_key_outside_the_runners_requests_is_refused(anonymous_clients: bool) -> None:
+    access = Access(AuthSettings(anonymous_clients=anonymous_clients), GatewayMetrics())
+    access.reload([_record()])
+    acting = access.acting_for(owner_of(asyncio.run(access.client(f"Bearer {SECRET}"))))
+    with pytest.raises(Unauthorized):  # as over HTTP, had it leaked: neither alice nor anonymous
+        asyncio.run(access.client(f"Bearer {acting}"))
+    with pytest.raises(Unauthorized):
+        asyncio.run(access.client(None, api_key_header=acting))
+    with acting_in_process():  # the same key, in the runner's request: alice
+        assert asyncio.run(access.client(f"Bearer {acting}")).name == "alice"
 
 
 def test_the_anonymous_callers_batches_carry_no_key_and_unknown_keys_act_for_nobody() -> None:
     access = Access(AuthSettings(anonymous_clients=True), GatewayMetrics())
     assert access.acting_for(owner_of(ANONYMOUS)) is None
     assert asyncio.run(access.client(None)) == ANONYMOUS
-    # A made-up key of that shape acts for nobody: here, as any unknown key, it is anonymous.
-    assert asyncio.run(access.client("Bearer tb-acting-made-up")) == ANONYMOUS
+    # A made-up key of that shape acts for nobody: a key of Turnout's own shape, never anonymous.
+    with acting_in_process(), pytest.raises(Unauthorized):
+        asyncio.run(access.client("Bearer tb-acting-made-up"))
