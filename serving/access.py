@@ -7,9 +7,9 @@ The admin API calls :meth:`Access.admin` with the role an endpoint needs. The ke
 is rebuilt by ``serving.route_sync`` whenever the store's keys change. A batch's requests
 (``serving.batch_runner``) come in with a key of :meth:`Access.acting_for`, made in this process
 and never sent anywhere, that acts as the key that made the batch, with its limits as they are
-then (revoked since: a 401). It acts only inside :func:`acting_in_process`, which the runner
-wraps around each request it sends into the app: the same key over the network, were it ever to
-leak, is a 401.
+then (revoked since: a 401; ``batches.key_limits: false`` leaves the limits to its live requests).
+It acts only inside :func:`acting_in_process`, which the runner wraps around each request it
+sends into the app: the same key over the network, were it ever to leak, is a 401.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import replace
 
 from serving.auth import (
     ACTING_KEY_PREFIX,
@@ -62,8 +63,10 @@ class Access:
         *,
         clock: Callable[[], float] = time.monotonic,
         limiter: Limiter | None = None,
+        batch_key_limits: bool = True,
     ) -> None:
         self._settings = settings
+        self._batch_key_limits = batch_key_limits  # batches.key_limits
         self._metrics = metrics
         self._bootstrap = os.environ.get(settings.admin_token_env) or None
         # In-process buckets by default; serving.ray_app passes one shared by every replica.
@@ -79,7 +82,11 @@ class Access:
         sent = [key for key in (parse_bearer(authorization), api_key_header) if key]
         if self._acting and sent and sent[0] in self._acting and _IN_PROCESS.get():
             acting = self._owner(self._acting[sent[0]])
-            return acting if acting.rpm is None and acting.tpm is None else await self._admitted(acting)
+            if acting.rpm is None and acting.tpm is None:
+                return acting
+            if not self._batch_key_limits:  # the key's limits are its live requests' alone
+                return replace(acting, rpm=None, tpm=None)
+            return await self._admitted(acting)
         principal = next((p for key in sent if (p := self.keyring.lookup(key)) is not None), None)
         # A key of Turnout's own shape anywhere, in either header or under another scheme
         # (Basic, as curl -u sends it, a bare key), is never taken as anonymous: it loses its limits.

@@ -167,7 +167,12 @@ def create_app(
     recorder = ShadowRecorder(config.shadow.recent_differences)
     tee = ShadowTee(backends, metrics, recorder, max_in_flight=config.shadow.max_in_flight)
     gateway = Gateway(config, backends, metrics, shadows=tee, observations=observations)
-    access = Access(config.auth, metrics, limiter=limiter(metrics) if limiter else None)
+    access = Access(
+        config.auth,
+        metrics,
+        limiter=limiter(metrics) if limiter else None,
+        batch_key_limits=config.batches.key_limits,
+    )
     store = RouteStore(config.store.url, orphan_after_s=config.responses.background_orphan_s)
     sync = RouteSync(store, gateway, access, config.store.poll_interval_s)
     canary = CanaryController(gateway, sync, metrics, config.canary.tick_s)

@@ -148,6 +148,10 @@ class BatchSettings(BaseModel):
     orphan_s: Annotated[float, Field(gt=0)] = 15.0
     # How often a gateway beats for its batches, keeps their answers and looks for batches to run.
     check_every_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    # Whether a batch's requests spend its key's rpm and tpm (a batch is its key's traffic). False:
+    # as OpenAI's batches, they leave the key's limits to its live requests (and polls), and only
+    # ``concurrency`` and ``max_running`` bound what batches take.
+    key_limits: bool = True
 
 
 class BreakerConfig(BaseModel):

@@ -217,6 +217,23 @@ def test_a_keys_rate_limit_paces_its_batch_instead_of_failing_it(
         assert _metric(gateway, name="turnout_batch_requests_total", outcome="completed") == 62
 
 
+def test_with_key_limits_off_a_batch_leaves_its_keys_limit_to_its_live_requests(
+    tmp_path: Path, upstream: FaultServer
+) -> None:
+    config = _config(tmp_path, upstream, concurrency=8, key_limits=False)
+    with running_gateway(config) as gateway:
+        made = httpx.post(f"{gateway.url}/admin/keys", json={"name": "paced", "rpm": 60}, headers=admin())
+        assert made.status_code == 201, made.text
+        client = _client(gateway, made.json()["key"])
+        batch = fault_batch(client, ["ok"] * 62)  # two of the key's 60 requests this minute
+        done = _ended(client, batch.id, 20)
+        assert done.status == "completed" and done.request_counts.completed == 62, done
+        assert _metric(gateway, name="turnout_batch_retries_total") == 0  # never paced
+        assert metric_value(gateway.url, "turnout_rate_limited_total", key="paced") == 0
+        answer = client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}])
+        assert answer.choices[0].message.content  # the key's own request: still within its minute
+
+
 def test_an_upstream_that_stays_unavailable_fails_its_lines_after_bounded_tries(
     tmp_path: Path, upstream: FaultServer
 ) -> None:

@@ -44,6 +44,19 @@ def test_an_acting_key_is_the_batch_owners_key_with_its_limits_of_the_moment() -
     assert revoked.value.code == "key_revoked"
 
 
+def test_with_batch_key_limits_off_an_acting_key_leaves_the_keys_limits_to_its_live_requests() -> None:
+    access = Access(AuthSettings(anonymous_clients=False), GatewayMetrics(), batch_key_limits=False)
+    access.reload([_record(rpm=1)])
+    acting = access.acting_for(owner_of(asyncio.run(access.client(f"Bearer {SECRET}"))))  # the 1 rpm
+    with acting_in_process():
+        for _ in range(3):
+            principal = asyncio.run(access.client(f"Bearer {acting}"))
+            assert (principal.name, principal.rpm, principal.tpm) == ("alice", None, None)
+            access.charge(principal, 1000)  # nothing to charge
+        with pytest.raises(RateLimited):  # alice's own requests still have their 1 a minute
+            asyncio.run(access.client(f"Bearer {SECRET}"))
+
+
 @pytest.mark.parametrize("anonymous_clients", [False, True])
 def test_an_acting_key_outside_the_runners_requests_is_refused(anonymous_clients: bool) -> None:
     access = Access(AuthSettings(anonymous_clients=anonymous_clients), GatewayMetrics())
