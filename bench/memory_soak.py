@@ -31,7 +31,10 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's serving/
+from embedded_engine import rss_mb
+
 from serving.launcher import gateway_process
 
 MODELS = ("turnout-tiny", "turnout-tiny-int8", "turnout-tiny-int4")
@@ -45,13 +48,6 @@ KINDS = (
     "responses",
     "malformed",
 )
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().split("\n"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 async def one(client: httpx.AsyncClient, kind: str, rng: random.Random) -> bool:

@@ -263,9 +263,9 @@ class BatchRunner:
                 return False
             request_id = headers.get("x-request-id", "")
             answer = _parsed(payload)
-        taken, given = usage_of(answer) if is_success(status) else (0, 0)
-        outcome = COMPLETED if is_success(status) else FAILED
-        self._metrics.batch_requests.labels(record.endpoint, outcome).inc()
+        succeeded = is_success(status)
+        taken, given = usage_of(answer) if succeeded else (0, 0)
+        self._metrics.batch_requests.labels(record.endpoint, COMPLETED if succeeded else FAILED).inc()
         result = output_line(line.custom_id, status, request_id, answer)
         self._answers[record.batch_id].append((line.index, status, result, taken, given))
         return True

@@ -60,10 +60,10 @@ async def cancel_batch(request: Request) -> Response:
     state: AppState = request.app.state.turnout
     actor = _principal(request, state, "operator")
     batch_id = request.path_params["batch_id"]
-    whose = ""
-    found = await asyncio.to_thread(state.store.batches.get, batch_id, None)
-    if found is not None:
-        whose = f"key={_key_name(state, found[0].owner) or '(revoked)'}"
+
+    def whose(record: BatchRecord) -> str:
+        return f"key={_key_name(state, record.owner) or '(revoked)'}"
+
     cancelled = await asyncio.to_thread(state.store.batches.cancel, batch_id, None, actor=actor, detail=whose)
     if cancelled is None:
         raise batch_missing(batch_id)

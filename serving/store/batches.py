@@ -125,10 +125,16 @@ class BatchStore:
         return [(_record(row), _kept_counts(row)) for row in rows[:limit]], len(rows) > limit
 
     def cancel(
-        self, batch_id: str, owner: str | None, *, actor: str | None = None, detail: str = ""
+        self,
+        batch_id: str,
+        owner: str | None,
+        *,
+        actor: str | None = None,
+        detail: Callable[[BatchRecord], str] | None = None,
     ) -> tuple[BatchRecord, RequestCounts] | None:
         """Mark a batch that has not ended ``cancelling`` (its runner ends it ``cancelled``).
-        ``owner`` None: whoever's it is, an operator's cancel, audited under ``actor``."""
+        ``owner`` None: whoever's it is, an operator's cancel, audited under ``actor`` with what
+        ``detail`` says of the batch (whose it is)."""
         with self._writing() as conn:
             row = conn.execute(select(batches).where(batches.c.id == batch_id, _owned_by(owner))).first()
             if row is None:
@@ -139,7 +145,7 @@ class BatchStore:
                 record = _entered(record, CANCELLING, now)
                 conn.execute(update(batches).where(batches.c.id == batch_id).values(**_state(record)))
                 if actor is not None:
-                    said = f"id={batch_id} {detail}".strip()
+                    said = f"id={batch_id} {detail(record) if detail else ''}".strip()
                     audit_log.append(conn, at=now, actor=actor, action="batch-cancel", detail=said)
             return record, _kept_counts(row)
 

@@ -182,7 +182,7 @@ def test_an_operator_pages_every_owners_batches_by_status_and_cancels_any_audite
     assert store.batches.get("batch_b", None) == store.batches.get("batch_b", "bob")
 
     now[0] = 150.0
-    found = store.batches.cancel("batch_b", None, actor="ops", detail="key=bob")
+    found = store.batches.cancel("batch_b", None, actor="ops", detail=lambda record: f"key={record.owner}")
     assert found is not None and found[0].owner == "bob" and found[0].status == CANCELLING
     entry = store.audit(limit=1)[0]
     assert (entry.actor, entry.action, entry.detail, entry.at) == (
